@@ -1,0 +1,33 @@
+# The common commands. `make book` and `make test` set everything up first (into .venv).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch==2.13.0 is the CPU build on the course's machines. With an NVIDIA GPU, use
+#   make setup TORCH=torch        (PyPI's default build for Linux, with CUDA)
+TORCH ?= torch==2.13.0
+# Jupyter refuses to start as root unless told it may
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+.PHONY: setup book test lab clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	mkdir -p $(VENV)/share/jupyter/lab/settings
+	cp book/_static/jupyterlab-overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
+	touch $@
+
+book: setup  ## build the website into _build/html (strict: any warning fails)
+	$(BIN)/jupyter-book build -W -n --keep-going .
+
+test: setup  ## the package tests and every chapter through nbval
+	$(BIN)/python -m pytest
+
+lab: setup  ## open the chapters as notebooks in JupyterLab
+	$(BIN)/jupyter lab $(ALLOW_ROOT) book/
+
+clean:
+	rm -rf _build .pytest_cache .hypothesis

@@ -1,0 +1,148 @@
+"""Plotting helpers shared by every chapter, so that all figures look alike.
+
+Call :func:`use_style` once at the top of a chapter; then draw with :func:`attention_heatmap`
+(weights with token labels) and :func:`matrix_heatmap` (any matrix: masks, scores, encodings).
+Both take an optional ``ax`` and return it, so figures with several panels are easy to compose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+#: the course's matplotlib settings, applied by :func:`use_style`
+STYLE: dict[str, object] = {
+    "figure.dpi": 110,
+    "savefig.dpi": 110,
+    "figure.figsize": (6.0, 4.0),
+    "figure.constrained_layout.use": True,
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": False,
+    "image.cmap": "viridis",
+    "legend.frameon": False,
+    "figure.facecolor": "white",
+}
+
+#: colour map for probabilities (sequential, 0 to 1) and for signed values (diverging, centred at 0)
+WEIGHTS_CMAP = "viridis"
+SIGNED_CMAP = "RdBu_r"
+
+
+def use_style() -> None:
+    """Apply the course's figure style (:data:`STYLE`) to matplotlib."""
+    mpl.rcParams.update(STYLE)
+
+
+def _to_numpy(matrix: torch.Tensor | np.ndarray, name: str) -> np.ndarray:
+    if isinstance(matrix, torch.Tensor):
+        matrix = matrix.detach().to("cpu")
+        if matrix.dtype == torch.bool:
+            matrix = matrix.to(torch.int64)
+        elif matrix.dtype in (torch.float16, torch.bfloat16):
+            matrix = matrix.float()
+        matrix = matrix.numpy()
+    matrix = np.asarray(matrix)
+    if matrix.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D matrix, got shape {matrix.shape}")
+    return matrix
+
+
+def _label_ticks(ax, labels: Sequence[str] | None, axis: str, size: int) -> None:
+    if labels is None:
+        return
+    if len(labels) != size:
+        raise ValueError(f"got {len(labels)} {axis} labels for a matrix with {size} {axis}s")
+    if axis == "row":
+        ax.set_yticks(range(size), labels)
+    else:
+        ax.set_xticks(range(size), labels, rotation=45 if max(map(len, labels), default=0) > 2 else 0)
+
+
+def matrix_heatmap(
+    matrix: torch.Tensor | np.ndarray,
+    *,
+    ax=None,
+    title: str | None = None,
+    row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    cmap: str | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    annotate: bool = False,
+    colorbar: bool = True,
+    fmt: str = "{:.2f}",
+):
+    """Draw a 2-D matrix as a heatmap, row 0 at the top, and return the axes.
+
+    Signed data get the diverging map :data:`SIGNED_CMAP` centred at 0; non-negative data the
+    sequential :data:`WEIGHTS_CMAP`. Boolean masks are drawn as 0/1. ``-inf`` entries (masked
+    scores) are left blank.
+    """
+    data = _to_numpy(matrix, "matrix").astype(float)
+    finite = data[np.isfinite(data)]
+    if cmap is None:
+        cmap = SIGNED_CMAP if finite.size and finite.min() < 0 else WEIGHTS_CMAP
+    if cmap == SIGNED_CMAP and vmin is None and vmax is None and finite.size:
+        bound = float(np.abs(finite).max()) or 1.0
+        vmin, vmax = -bound, bound
+    if ax is None:
+        _, ax = plt.subplots()
+    image = ax.imshow(np.ma.masked_invalid(data), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+    _label_ticks(ax, row_labels, "row", data.shape[0])
+    _label_ticks(ax, col_labels, "column", data.shape[1])
+    if xlabel:
+        ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if annotate:
+        lo, hi = image.get_clim()
+        for (r, c), value in np.ndenumerate(data):
+            if np.isfinite(value):
+                dark = (value - lo) / ((hi - lo) or 1.0) < 0.5
+                ax.text(c, r, fmt.format(value), ha="center", va="center", fontsize=8,
+                        color="white" if dark and cmap == WEIGHTS_CMAP else "black")
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, shrink=0.85)
+    return ax
+
+
+def attention_heatmap(
+    weights: torch.Tensor | np.ndarray,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    *,
+    ax=None,
+    title: str | None = None,
+    annotate: bool = False,
+    colorbar: bool = True,
+):
+    """Draw attention weights (n, m): one row per query, one column per key; return the axes.
+
+    The colour scale is fixed to [0, 1] so that heatmaps of different examples are comparable.
+    """
+    return matrix_heatmap(
+        weights,
+        ax=ax,
+        title=title,
+        row_labels=query_labels,
+        col_labels=key_labels,
+        xlabel="key (attended to)",
+        ylabel="query (attending)",
+        cmap=WEIGHTS_CMAP,
+        vmin=0.0,
+        vmax=1.0,
+        annotate=annotate,
+        colorbar=colorbar,
+    )

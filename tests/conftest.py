@@ -1,0 +1,42 @@
+"""Shared fixtures: every device test runs on each device PyTorch can see and skips the others."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+def _available(device: str) -> bool:
+    if device == "cpu":
+        return True
+    if device == "cuda":
+        return torch.cuda.is_available()
+    if device == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        return mps is not None and mps.is_available()
+    return False
+
+
+DEVICES = ["cpu", "cuda", "mps"]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    """A device to run on; tests for devices this machine lacks are skipped, not dropped."""
+    if not _available(request.param):
+        pytest.skip(f"no {request.param} device on this machine")
+    return torch.device(request.param)
+
+
+@pytest.fixture(params=[torch.float32, torch.float64], ids=["float32", "float64"])
+def dtype(request, device) -> torch.dtype:
+    if device.type == "mps" and request.param == torch.float64:
+        pytest.skip("MPS has no float64")
+    return request.param
+
+
+def tolerances(dtype: torch.dtype) -> dict[str, float]:
+    """Tolerances for comparing two computations of the same formula."""
+    if dtype == torch.float64:
+        return {"atol": 1e-10, "rtol": 1e-10}
+    return {"atol": 2e-5, "rtol": 1e-4}
