@@ -3,7 +3,7 @@
 nbval only collects ``.ipynb`` files, and the chapters are stored as MyST markdown without
 outputs. For each chapter this hook writes the jupytext conversion to an ``.ipynb`` under pytest's
 cache folder and hands that file to nbval, with the test id of the ``.md`` file, so a failing cell
-is reported as ``book/01_single_query_attention.md::Cell 7``.
+is reported as ``book/01_single_query_attention.md::notebook::Cell 7``.
 """
 
 from __future__ import annotations
@@ -23,15 +23,25 @@ def _is_chapter(file_path: Path) -> bool:
     return head.startswith("---") and "kernelspec:" in head
 
 
-def pytest_collect_file(file_path: Path, parent: pytest.Collector):
-    if not _is_chapter(file_path):
-        return None
-    import jupytext
-    from nbval.plugin import IPyNbFile
+class MySTChapter(pytest.File):
+    """A chapter ``book/NN_name.md``: collects the nbval notebook made from it by jupytext.
 
-    notebook = jupytext.read(file_path)
-    relative = file_path.relative_to(parent.config.rootpath)
-    target = parent.config.cache.mkdir("nbval") / relative.with_suffix(".ipynb")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    jupytext.write(notebook, target)
-    return IPyNbFile.from_parent(parent, path=target, nodeid=relative.as_posix())
+    The chapter itself is the collected file, so ``pytest book/00_notation.md`` selects it; its one
+    child is nbval's collector for the converted ``.ipynb`` (under pytest's cache folder).
+    """
+
+    def collect(self):
+        import jupytext
+        from nbval.plugin import IPyNbFile
+
+        relative = self.path.relative_to(self.config.rootpath)
+        target = self.config.cache.mkdir("nbval") / relative.with_suffix(".ipynb")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        jupytext.write(jupytext.read(self.path), target)
+        yield IPyNbFile.from_parent(self, path=target, nodeid=f"{self.nodeid}::notebook")
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    if _is_chapter(file_path):
+        return MySTChapter.from_parent(parent, path=file_path)
+    return None

@@ -67,3 +67,14 @@ def test_heatmap_errors():
 def test_use_style_sets_the_course_style():
     plotting.use_style()
     assert matplotlib.rcParams["axes.spines.top"] is False
+
+
+def test_distribution_bar():
+    ax = plotting.distribution_bar(torch.tensor([0.2, 0.5, 0.3]), ["a", "b", "c"], title="p")
+    assert [p.get_height() for p in ax.patches] == pytest.approx([0.2, 0.5, 0.3])
+    assert ax.get_ylim() == (0.0, 1.0)
+    with pytest.raises(ValueError, match=r"1-D vector, got shape \(2, 2\)"):
+        plotting.distribution_bar(torch.zeros(2, 2))
+    with pytest.raises(ValueError, match="got 1 labels for 3 weights"):
+        plotting.distribution_bar(torch.zeros(3), ["a"])
+    plt.close("all")

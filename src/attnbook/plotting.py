@@ -146,3 +146,82 @@ def attention_heatmap(
         annotate=annotate,
         colorbar=colorbar,
     )
+
+
+def distribution_bar(
+    weights: torch.Tensor | np.ndarray,
+    labels: Sequence[str] | None = None,
+    *,
+    ax=None,
+    title: str | None = None,
+    ylabel: str = "weight",
+    color: str = "C0",
+):
+    """Draw one probability distribution (e.g. the weights of a single query) as bars; return the axes.
+
+    The y-axis runs from 0 to 1 so that bar charts of different distributions are comparable.
+    """
+    if isinstance(weights, torch.Tensor):
+        weights = weights.detach().to("cpu", torch.float64).numpy()
+    weights = np.asarray(weights, dtype=float)
+    if weights.ndim != 1:
+        raise ValueError(f"weights must be a 1-D vector, got shape {weights.shape}")
+    if labels is not None and len(labels) != weights.shape[0]:
+        raise ValueError(f"got {len(labels)} labels for {weights.shape[0]} weights")
+    if ax is None:
+        _, ax = plt.subplots()
+    positions = np.arange(weights.shape[0])
+    ax.bar(positions, weights, color=color)
+    ax.set_xticks(positions, labels if labels is not None else [str(p) for p in positions])
+    ax.set_ylim(0.0, 1.0)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def encoding_heatmap(
+    encoding: torch.Tensor | np.ndarray,
+    *,
+    ax=None,
+    title: str | None = None,
+    colorbar: bool = True,
+):
+    """Draw a positional encoding (n_positions, d_model): one row per position, one column per
+    dimension, on the fixed signed scale [-1, 1] of sines and cosines (chapter 5); return the axes."""
+    return matrix_heatmap(
+        encoding,
+        ax=ax,
+        title=title,
+        xlabel="dimension",
+        ylabel="position",
+        cmap=SIGNED_CMAP,
+        vmin=-1.0,
+        vmax=1.0,
+        colorbar=colorbar,
+    )
+
+
+def encoding_curves(
+    encoding: torch.Tensor | np.ndarray,
+    dims: Sequence[int],
+    *,
+    ax=None,
+    title: str | None = None,
+):
+    """Plot columns ``dims`` of a positional encoding (n_positions, d_model) against the position
+    (chapter 5), one labelled curve per dimension; return the axes."""
+    data = _to_numpy(encoding, "encoding")
+    for d in dims:
+        if not 0 <= d < data.shape[1]:
+            raise ValueError(f"dimension {d} is out of range for an encoding of shape {data.shape}")
+    if ax is None:
+        _, ax = plt.subplots()
+    for d in dims:
+        ax.plot(np.arange(data.shape[0]), data[:, d], label=f"dim {d}")
+    ax.set_xlabel("position")
+    ax.set_ylabel("value")
+    ax.legend(loc="upper right", fontsize=8)
+    if title:
+        ax.set_title(title)
+    return ax
