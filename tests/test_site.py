@@ -1,0 +1,203 @@
+"""The built website, opened offline in headless Chromium (Playwright driving Debian's chromium).
+
+For every page of the table of contents: math is typeset by the bundled MathJax, every image
+loads, the previous/next links lead to the neighbouring pages, nothing is fetched from outside
+localhost and the console shows no errors. The search page must find a term. A screenshot of each
+page (desktop, phone width, dark mode) is saved under ``_build/screenshots/``.
+
+The site is the one ``make book`` built (``_build/html``); if there is none, a non-strict build is
+made first. Without Chromium or Playwright the test is skipped with a message saying how to get
+them (CI installs both, so there it always runs).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = ROOT / "_build" / "html"
+SHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]
+
+
+def _chromium() -> str | None:
+    for candidate in (os.environ.get("CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+                      shutil.which("chromium-browser")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+def toc_pages() -> list[str]:
+    """Page names (e.g. 'book/00_notation') in reading order, from _toc.yml."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+    for part in toc.get("parts", []):
+        pages += [chapter["file"] for chapter in part["chapters"]]
+    return pages
+
+
+PAGES = toc_pages()
+
+
+@pytest.fixture(scope="module")
+def site_url():
+    executable = _chromium()
+    if executable is None:
+        pytest.skip("Chromium is not installed: `apt-get install chromium` (Debian) to run the browser test")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        pytest.skip("Playwright is not installed: `pip install -e '.[test]'`")
+    if not (SITE / "index.html").exists():
+        subprocess.run([sys.executable, "-m", "jupyter_book", "build", str(ROOT)], check=True, cwd=ROOT)
+    handler = functools.partial(QuietHandler, directory=str(SITE))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser(site_url):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+class PageLog:
+    """Console errors, page errors, failed requests and requests that left localhost."""
+
+    def __init__(self, page, site_url):
+        self.problems: list[str] = []
+        host = urlparse(site_url).netloc
+
+        def route(r):
+            if urlparse(r.request.url).netloc != host and not r.request.url.startswith("data:"):
+                self.problems.append(f"request outside localhost: {r.request.url}")
+                return r.abort()
+            return r.continue_()
+
+        page.route("**/*", route)
+        page.on("console", lambda m: m.type == "error" and self.problems.append(f"console error: {m.text}"))
+        page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
+        # a request cut short because the test navigated away (net::ERR_ABORTED) is not a failure
+        page.on("requestfailed", lambda r: "ERR_ABORTED" not in (r.failure or "")
+                and self.problems.append(f"failed request: {r.url} ({r.failure})"))
+        page.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"))
+
+
+def open_page(browser, site_url, name, **context_options):
+    context = browser.new_context(**context_options)
+    page = context.new_page()
+    log = PageLog(page, site_url)
+    page.goto(f"{site_url}/{name}.html", wait_until="load")
+    has_math = page.evaluate("document.querySelectorAll('.math').length") > 0
+    if has_math:
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.math')].every(e => e.querySelector('mjx-container'))",
+            timeout=30_000,
+        )
+    page.wait_for_function("() => [...document.images].every(i => i.complete)", timeout=30_000)
+    return context, page, log, has_math
+
+
+@pytest.mark.parametrize("index", range(len(PAGES)), ids=PAGES)
+def test_page_renders_offline(browser, site_url, index):
+    name = PAGES[index]
+    context, page, log, has_math = open_page(browser, site_url, name, viewport={"width": 1280, "height": 900})
+    try:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"{name.replace('/', '_')}.png"), full_page=False)
+        text = page.evaluate("document.querySelector('main').innerText")
+        assert "$$" not in text and "\\begin{" not in text, f"{name}: raw TeX left on the page"
+        if has_math:
+            assert page.evaluate("document.querySelectorAll('mjx-container').length") > 0
+        broken = page.evaluate("[...document.images].filter(i => !(i.naturalWidth > 0)).map(i => i.src)")
+        assert broken == [], f"{name}: images that did not load: {broken}"
+        if Path(name).name[:1].isdigit():  # a chapter: it has figures, each with alt text
+            assert page.evaluate("document.querySelectorAll('main img').length") > 0, f"{name}: no figure"
+            assert page.evaluate("[...document.querySelectorAll('main img')].every(i => i.alt.length > 0)"), \
+                f"{name}: a figure without alt text"
+        # previous / next links lead to the neighbours in the table of contents
+        links = page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('a.left-prev, a.right-next')]"
+            ".map(a => [a.classList.contains('left-prev') ? 'prev' : 'next', a.href]))"
+        )
+        if index + 1 < len(PAGES):
+            assert links.get("next", "").endswith(f"/{PAGES[index + 1]}.html"), (name, links)
+            page.click("a.right-next")
+            page.wait_for_url(f"**/{PAGES[index + 1]}.html")
+            page.go_back()
+        if index > 0:
+            assert links.get("prev", "").endswith(f"/{PAGES[index - 1]}.html"), (name, links)
+        assert log.problems == [], f"{name}: {log.problems}"
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("name", [p for p in PAGES if Path(p).name[:1].isdigit()][:2])
+def test_phone_width_and_dark_mode(browser, site_url, name):
+    context, page, log, _ = open_page(browser, site_url, name, viewport={"width": 390, "height": 844},
+                                      color_scheme="dark", device_scale_factor=2)
+    try:
+        # the page itself does not scroll sideways (wide tables and figures scroll inside their box)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 1, f"{name}: page is {overflow}px wider than a phone screen"
+        assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+        background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        channels = [int(c) for c in background[background.index("(") + 1:background.index(")")].split(",")[:3]]
+        assert sum(channels) < 3 * 80, f"{name}: dark mode background is {background}"
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"{name.replace('/', '_')}-phone-dark.png"))
+        assert log.problems == [], f"{name}: {log.problems}"
+    finally:
+        context.close()
+
+
+def test_search_finds_a_term(browser, site_url):
+    context, page, log, _ = open_page(browser, site_url, "search")
+    try:
+        page.goto(f"{site_url}/search.html?q=softmax")
+        # results are appended one by one; the summary line appears when the search has finished
+        page.wait_for_function("() => /found/.test(document.querySelector('#search-results')?.innerText || '')",
+                               timeout=30_000)
+        results = page.evaluate("[...document.querySelectorAll('#search-results li a')].map(a => a.href)")
+        assert any("01_single_query_attention" in r for r in results), results
+        assert log.problems == [], log.problems
+    finally:
+        context.close()
+
+
+def test_chapters_offer_a_notebook_download():
+    for name in PAGES:
+        source = ROOT / f"{name}.md"
+        if "kernelspec:" in source.read_text()[:600]:
+            notebook = SITE / "_sources" / f"{name}.ipynb"
+            if SITE.exists():
+                assert notebook.exists(), f"no .ipynb download for {name}"
+                html = (SITE / f"{name}.html").read_text()
+                assert f"{Path(name).name}.ipynb" in html, f"{name}.html has no .ipynb download link"
