@@ -8,18 +8,39 @@ versions of *Formal Algorithms for Transformers*; :mod:`attnbook.plotting` the f
 from . import formal
 from .attention import apply_mask, attention, attention_scores
 from .device import default_device
-from .masks import causal_mask, padding_mask
+from .hard_attention import hard_attention
+from .masks import additive_to_keep, block_to_keep, causal_mask, keep_to_additive, keep_to_block, padding_mask
+from .multi_head_attention import MultiHeadAttention
+from .permutations import is_permutation_matrix, permutation_matrix, random_permutation, random_permutation_matrix
+from .positional_encoding import pair_rotation, shift_matrix, sinusoid_frequencies, sinusoidal_encoding
+from .scoring import additive_scores, general_scores
 from .softmax import softmax
 
 __all__ = [
+    "MultiHeadAttention",
+    "additive_to_keep",
+    "block_to_keep",
+    "keep_to_additive",
+    "keep_to_block",
     "apply_mask",
     "attention",
+    "additive_scores",
     "attention_scores",
     "causal_mask",
     "default_device",
     "formal",
+    "general_scores",
+    "hard_attention",
+    "is_permutation_matrix",
     "padding_mask",
+    "pair_rotation",
+    "permutation_matrix",
     "plotting",
+    "random_permutation",
+    "random_permutation_matrix",
+    "shift_matrix",
+    "sinusoid_frequencies",
+    "sinusoidal_encoding",
     "softmax",
 ]
 __version__ = "0.1.0"

@@ -93,3 +93,84 @@ def padding_mask(
         raise ValueError(f"every length must lie in [0, max_len={max_len}], got {lengths.tolist()}")
     positions = torch.arange(max_len, device=lengths.device)  # (max_len,)
     return positions.unsqueeze(0) < lengths.unsqueeze(-1)  # (batch, max_len)
+
+
+# Three conventions for the same information (chapter 2):
+#   keep mask   K[i, j] = True  iff query i may attend to key j   (attnbook, scaled_dot_product_attention)
+#   block mask  B[i, j] = True  iff query i may NOT attend to key j (nn.MultiheadAttention's attn_mask
+#                                                                    and key_padding_mask)
+#   additive    A[i, j] = 0 where allowed, -inf where blocked      (added to the scores)
+
+
+def _check_bool_mask(name: str, mask: object) -> torch.Tensor:
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"{name} must be a boolean tensor, got dtype {mask.dtype} with shape {tuple(mask.shape)}; "
+            f"a {{0, 1}} mask becomes boolean with mask.bool(), an additive one with additive_to_keep"
+        )
+    return mask
+
+
+# B = not K
+def keep_to_block(keep: torch.Tensor) -> torch.Tensor:
+    r"""Keep-mask to block-mask, :math:`B = \lnot K` (chapter 2).
+
+    ``keep`` is True where a query may attend (the meaning of :func:`attnbook.attention` and of
+    ``scaled_dot_product_attention``); the result is True where it may **not**, the meaning of the
+    ``attn_mask`` and ``key_padding_mask`` of ``torch.nn.MultiheadAttention``.
+    """
+    return ~_check_bool_mask("keep", keep)
+
+
+# K = not B
+def block_to_keep(block: torch.Tensor) -> torch.Tensor:
+    r"""Block-mask to keep-mask, :math:`K = \lnot B` (chapter 2); the inverse of :func:`keep_to_block`."""
+    return ~_check_bool_mask("block", block)
+
+
+# A[i, j] = 0 if K[i, j] else -inf
+def keep_to_additive(keep: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    r"""Keep-mask to additive float mask, :math:`A_{ij} = 0` if :math:`K_{ij}`, else :math:`-\infty` (chapter 2).
+
+    Adding ``A`` to the scores before the softmax has the effect of the keep-mask: a blocked key gets
+    score ``-inf`` and weight exactly 0. The blocked entries are ``-inf``, not a large negative number
+    such as ``-1e9``, which does not exist in float16 and gives a fully masked row uniform weights
+    instead of none (chapter 2, *numerical stability*).
+
+    Args:
+        keep: boolean mask, True = may attend.
+        dtype: a floating dtype for the result (use the dtype of the scores).
+    """
+    _check_bool_mask("keep", keep)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    zero = torch.zeros((), dtype=dtype, device=keep.device)
+    minus_inf = torch.full((), float("-inf"), dtype=dtype, device=keep.device)
+    return torch.where(keep, zero, minus_inf)
+
+
+# K[i, j] = (A[i, j] != -inf)        for A with entries in {0, -inf}
+def additive_to_keep(additive: torch.Tensor) -> torch.Tensor:
+    r"""Additive mask with entries 0 and :math:`-\infty` to keep-mask, :math:`K_{ij} = [A_{ij} \ne -\infty]` (chapter 2).
+
+    Only a mask whose entries are all 0 or ``-inf`` can be converted: any other value (a finite
+    bias such as ``-1e9`` or a relative-position bias) changes the scores in a way a boolean mask
+    cannot express, so it raises ``ValueError`` instead of silently dropping it.
+    """
+    if not isinstance(additive, torch.Tensor):
+        raise TypeError(f"additive must be a torch.Tensor, got {type(additive).__name__}")
+    if not additive.is_floating_point():
+        raise TypeError(
+            f"additive must be a floating-point tensor, got dtype {additive.dtype} with shape "
+            f"{tuple(additive.shape)}"
+        )
+    blocked = additive == float("-inf")
+    if not bool(((additive == 0) | blocked).all()):
+        others = additive[~((additive == 0) | blocked)]
+        raise ValueError(
+            f"additive mask must contain only 0 and -inf to become a boolean mask; found other values "
+            f"such as {others[:3].tolist()} (a finite bias cannot be expressed as a keep-mask)"
+        )
+    return ~blocked
