@@ -35,10 +35,20 @@ class MySTChapter(pytest.File):
         from nbval.plugin import IPyNbFile
 
         relative = self.path.relative_to(self.config.rootpath)
-        target = self.config.cache.mkdir("nbval") / relative.with_suffix(".ipynb")
+        target = _nbval_folder(self.config) / relative.with_suffix(".ipynb")
         target.parent.mkdir(parents=True, exist_ok=True)
         jupytext.write(jupytext.read(self.path), target)
         yield IPyNbFile.from_parent(self, path=target, nodeid=f"{self.nodeid}::notebook")
+
+
+def _nbval_folder(config: pytest.Config) -> Path:
+    """Pytest's cache folder ``nbval``, or a temporary folder when the cache plugin is disabled."""
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        return cache.mkdir("nbval")
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="attnbook-nbval-"))
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):

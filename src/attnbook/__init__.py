@@ -9,15 +9,21 @@ from . import formal
 from .attention import apply_mask, attention, attention_scores
 from .device import default_device
 from .hard_attention import hard_attention
+from .kv_cache import KVCache
 from .masks import additive_to_keep, block_to_keep, causal_mask, keep_to_additive, keep_to_block, padding_mask
 from .multi_head_attention import MultiHeadAttention
+from .online_softmax import online_softmax
 from .permutations import is_permutation_matrix, permutation_matrix, random_permutation, random_permutation_matrix
 from .positional_encoding import pair_rotation, shift_matrix, sinusoid_frequencies, sinusoidal_encoding
 from .scoring import additive_scores, general_scores
 from .softmax import softmax
+from .tiled_attention import tiled_attention
 
 __all__ = [
+    "KVCache",
     "MultiHeadAttention",
+    "online_softmax",
+    "tiled_attention",
     "additive_to_keep",
     "block_to_keep",
     "keep_to_additive",

@@ -39,11 +39,13 @@ def softmax(scores: torch.Tensor, dim: int = -1, beta: float = 1.0) -> torch.Ten
     if beta != 1:
         # beta * (-inf) is -inf for beta > 0 but nan for beta == 0: keep masked entries at -inf.
         scores = torch.where(scores == -math.inf, scores, scores * beta)
-    shift = scores.amax(dim=dim, keepdim=True)
-    # A fully masked slice has max -inf; shifting by it would give (-inf) - (-inf) = nan.
-    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
-    e = torch.exp(scores - shift)
-    total = e.sum(dim=dim, keepdim=True)
-    # total is >= 1 on every slice with an unmasked entry (its max contributes exp(0) = 1)
-    # and 0 on a fully masked slice, where every e is 0 and the quotient must be 0 too.
-    return e / torch.where(total > 0, total, torch.ones_like(total))
+    # torch.softmax computes exp(s_j - max_u s_u) / sum_u exp(s_u - max_u s_u) in one fused
+    # kernel: the shift by the maximum above, without the temporaries of writing it out. It only
+    # gets one case wrong for us: a fully masked slice has max -inf, the shift gives
+    # (-inf) - (-inf) = nan, and the slice must be 0 instead.
+    empty = scores.amax(dim=dim, keepdim=True) == -math.inf  # slices with no unmasked entry
+    if bool(empty.any()):
+        # Give those slices a finite score (any value would do), then zero their weights. Unlike
+        # replacing the nan afterwards, this keeps the gradient finite as well.
+        return torch.softmax(scores.masked_fill(empty, 0.0), dim=dim).masked_fill(empty, 0.0)
+    return torch.softmax(scores, dim=dim)

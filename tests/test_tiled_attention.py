@@ -1,0 +1,212 @@
+"""tiled_attention against attention: shapes, block sizes, masks, causal skipping, memory, errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.testing import assert_close
+
+from attnbook import attention, causal_mask, padding_mask
+from attnbook.memory import peak_memory_bytes
+from attnbook.tiled_attention import attention_tiles, tiled_attention
+
+PROPERTY = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+EXACT = {"atol": 1e-6, "rtol": 1e-6}  # the issue's bound in float64 (the differences are ~1e-15)
+
+
+def draw(shape, g, dtype, device):
+    return torch.randn(*shape, generator=g, dtype=dtype).to(device)
+
+
+masks = st.sampled_from(["none", "bool", "bool-keys", "float", "with-empty-rows"])
+
+
+def make_mask(kind, batch, n, m, g, dtype, device):
+    if kind == "none":
+        return None
+    if kind == "bool":
+        return (torch.rand(*batch, n, m, generator=g) > 0.4).to(device)
+    if kind == "bool-keys":  # broadcast over the queries, as a padding mask is
+        return (torch.rand(m, generator=g) > 0.3).to(device)
+    if kind == "float":
+        additive = torch.randn(n, m, generator=g, dtype=dtype)
+        additive[torch.rand(n, m, generator=g) > 0.7] = -math.inf
+        return additive.to(device)
+    keep = (torch.rand(*batch, n, m, generator=g) > 0.5)
+    keep[..., 0, :] = False  # query 0 sees nothing
+    return keep.to(device)
+
+
+@PROPERTY
+@given(batch=st.lists(st.integers(1, 3), max_size=2), n=st.integers(1, 12), m=st.integers(1, 12),
+       d_k=st.integers(1, 5), d_v=st.integers(1, 4), block_size=st.integers(1, 14), causal=st.booleans(),
+       mask_kind=masks, seed=st.integers(0, 10**6))
+def test_equals_attention_float64(device, batch, n, m, d_k, d_v, block_size, causal, mask_kind, seed):
+    if device.type == "mps":
+        pytest.skip("MPS has no float64")
+    dtype = torch.float64
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = draw((*batch, n, d_k), g, dtype, device), draw((*batch, m, d_k), g, dtype, device), draw(
+        (*batch, m, d_v), g, dtype, device)
+    mask = make_mask(mask_kind, batch, n, m, g, dtype, device)
+    full = mask
+    if causal:
+        keep = causal_mask(n, m, device=device)
+        if mask is None:
+            full = keep
+        elif mask.dtype == torch.bool:
+            full = mask & keep
+        else:
+            full = mask.masked_fill(~keep, -math.inf)
+    expected, _ = attention(q, k, v, mask=full)
+    out = tiled_attention(q, k, v, mask=mask, block_size=block_size, causal=causal)
+    assert out.shape == expected.shape and out.dtype == dtype and out.device.type == device.type
+    assert_close(out, expected, **EXACT)
+
+
+def test_equals_sdpa_is_causal(device, dtype):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (draw((2, 3, 37, 8), g, dtype, device) for _ in range(3))
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    tol = {"atol": 1e-10, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 1e-5, "rtol": 1e-4}
+    assert_close(tiled_attention(q, k, v, block_size=8, causal=True), expected, **tol)
+
+
+def test_broadcast_batch_and_scale(device, dtype):
+    g = torch.Generator().manual_seed(1)
+    q = draw((2, 3, 9, 4), g, dtype, device)
+    k = draw((1, 3, 7, 4), g, dtype, device)
+    v = draw((2, 1, 7, 5), g, dtype, device)
+    mask = padding_mask([4, 7], 7, device=device)[:, None, None, :]  # (batch, 1, 1, m)
+    tol = {"atol": 1e-10, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 1e-5, "rtol": 1e-4}
+    out = tiled_attention(q, k, v, mask=mask, block_size=3, scale=0.7)
+    assert_close(out, attention(q, k, v, mask=mask, scale=0.7)[0], **tol)
+
+
+def test_fully_masked_rows_give_zeros(device, dtype):
+    g = torch.Generator().manual_seed(2)
+    q, k, v = draw((6, 4), g, dtype, device), draw((9, 4), g, dtype, device), draw((9, 3), g, dtype, device)
+    keep = torch.ones(6, 9, dtype=torch.bool, device=device)
+    keep[2] = False
+    out = tiled_attention(q, k, v, mask=keep, block_size=4)
+    assert not torch.isnan(out).any() and (out[2] == 0).all()
+    # with causal alignment and more queries than keys nothing is fully masked; with n > m, lower rows see all
+    assert_close(tiled_attention(q, k[:4], v[:4], causal=True, block_size=2),
+                 attention(q, k[:4], v[:4], mask=causal_mask(6, 4, device=device))[0])
+
+
+def test_half_precision_keeps_float32_statistics(device):
+    dtype = torch.bfloat16
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (draw((2, 40, 16), g, torch.float32, device) for _ in range(3))
+    exact = attention(q, k, v, mask=causal_mask(40, device=device))[0]
+    out = tiled_attention(q.to(dtype), k.to(dtype), v.to(dtype), block_size=8, causal=True)
+    assert out.dtype == dtype
+    assert_close(out.float(), exact, atol=3e-2, rtol=3e-2)
+
+
+def test_no_keys_gives_zeros(device):
+    q = torch.randn(3, 4, device=device)
+    out = tiled_attention(q, torch.zeros(0, 4, device=device), torch.zeros(0, 2, device=device))
+    assert out.shape == (3, 2) and (out == 0).all()
+
+
+@pytest.mark.parametrize("n, m, block_size", [(16, 16, 4), (17, 17, 4), (5, 9, 2), (9, 5, 2), (8, 8, 8), (6, 6, 1)])
+def test_tiles_cover_the_matrix_and_skip_exactly_the_masked_ones(n, m, block_size):
+    keep = causal_mask(n, m)
+    tiles = attention_tiles(n, m, block_size, causal=True)
+    covered = torch.zeros(n, m, dtype=torch.long)
+    for tile in tiles:
+        covered[tile.queries, tile.keys] += 1
+        part = keep[tile.queries, tile.keys]
+        expected = "full" if part.all() else "skipped" if not part.any() else "diagonal"
+        assert tile.kind == expected, tile
+    assert (covered == 1).all()  # a partition of the score matrix
+    assert all(t.kind == "full" for t in attention_tiles(n, m, block_size))
+
+
+@pytest.mark.parametrize("n, block_size", [(1, 1), (12, 4), (13, 4), (64, 16), (100, 7)])
+def test_number_of_skipped_tiles_is_t_choose_2(n, block_size):
+    t = math.ceil(n / block_size)
+    tiles = attention_tiles(n, n, block_size, causal=True)
+    assert len(tiles) == t * t
+    assert sum(tile.kind == "skipped" for tile in tiles) == t * (t - 1) // 2
+    assert sum(tile.kind != "skipped" for tile in tiles) == t * (t + 1) // 2  # computed: on and below the diagonal
+
+
+def test_causal_tiled_attention_never_reads_skipped_tiles():
+    """Poison every key and value that only skipped tiles would read: the output stays finite and exact."""
+    g = torch.Generator().manual_seed(4)
+    n, block = 12, 4
+    q, k, v = (draw((n, 3), g, torch.float64, "cpu") for _ in range(3))
+    expected = attention(q, k, v, mask=causal_mask(n))[0]
+    # rows 0-3 only need keys 0-3; give the first query block its own copy with poisoned later keys
+    k_bad, v_bad = k.clone(), v.clone()
+    k_bad[block:], v_bad[block:] = math.nan, math.nan
+    out = tiled_attention(q[:block], k_bad, v_bad, block_size=block, causal=True)
+    assert_close(out, expected[:block])
+    # the explicit formula does read them: 0 * nan is nan
+    assert torch.isnan(attention(q[:block], k_bad, v_bad, mask=causal_mask(block, n))[0]).all()
+
+
+def test_memory_grows_with_n_times_block_not_n_squared():
+    g = torch.Generator().manual_seed(5)
+    n, d, block = 512, 16, 32
+    q, k, v = (draw((n, d), g, torch.float64, "cpu") for _ in range(3))
+    score_bytes = n * n * 8
+    explicit = peak_memory_bytes(lambda: attention(q, k, v), "cpu")
+    tiled = peak_memory_bytes(lambda: tiled_attention(q, k, v, block_size=block), "cpu")
+    assert explicit >= 2 * score_bytes  # the scores and the weights, n x n each
+    # the output (n, d), a few (n,) or (block,) vectors and a few (block, block) tiles
+    assert tiled <= 4 * n * d * 8 + 8 * block * block * 8
+    assert tiled < score_bytes / 10
+
+
+def test_peak_memory_counts_an_allocation():
+    x = torch.zeros(64, 64, dtype=torch.float64)
+    # the result, plus a few bytes for the wrapped scalar 1
+    assert 64 * 64 * 8 <= peak_memory_bytes(lambda: x + 1, "cpu") <= 64 * 64 * 8 + 64
+    assert 3 * 64 * 64 * 8 <= peak_memory_bytes(lambda: (x + 1) * (x + 2), "cpu") <= 3 * 64 * 64 * 8 + 128
+    assert peak_memory_bytes(lambda: (x + 1).sum(), "cpu") >= 64 * 64 * 8
+    assert peak_memory_bytes(lambda: x.view(-1), "cpu") == 0
+    with pytest.raises(TypeError, match="fn must be callable"):
+        peak_memory_bytes(x, "cpu")
+
+
+class TestErrors:
+    def test_block_size(self):
+        q = torch.zeros(4, 3)
+        with pytest.raises(ValueError, match=r"block_size must be >= 1, got 0"):
+            tiled_attention(q, q, q, block_size=0)
+        with pytest.raises(ValueError, match=r"block_size must be >= 1, got -3"):
+            tiled_attention(q, q, q, block_size=-3)
+        with pytest.raises(TypeError, match=r"block_size must be an int, got float"):
+            tiled_attention(q, q, q, block_size=2.0)
+        with pytest.raises(TypeError, match=r"block_size must be an int, got NoneType"):
+            tiled_attention(q, q, q, block_size=None)
+        with pytest.raises(ValueError, match=r"block_size must be >= 1"):
+            attention_tiles(4, 4, 0)
+
+    def test_causal_must_be_bool(self):
+        q = torch.zeros(4, 3)
+        with pytest.raises(TypeError, match=r"causal must be a bool, got str"):
+            tiled_attention(q, q, q, causal="yes")
+
+    def test_same_input_checks_as_attention(self):
+        with pytest.raises(ValueError, match=r"query \(2, 3\) and key \(4, 5\)"):
+            tiled_attention(torch.zeros(2, 3), torch.zeros(4, 5), torch.zeros(4, 5))
+        with pytest.raises(TypeError, match=r"query: torch.float32, key: torch.float64"):
+            tiled_attention(torch.zeros(2, 3), torch.zeros(4, 3, dtype=torch.float64), torch.zeros(4, 3))
+        with pytest.raises(ValueError, match=r"mask of shape \(4, 5\) does not broadcast to the score shape \(5, 4\)"):
+            tiled_attention(torch.zeros(5, 3), torch.zeros(4, 3), torch.zeros(4, 3), mask=torch.ones(4, 5, dtype=torch.bool))
+        with pytest.raises(TypeError, match=r"mask must be boolean .* got torch.int64"):
+            tiled_attention(torch.zeros(5, 3), torch.zeros(4, 3), torch.zeros(4, 3), mask=torch.ones(5, 4, dtype=torch.long))
+
+    def test_tile_sizes(self):
+        with pytest.raises(ValueError, match=r"n must be an int >= 0, got -1"):
+            attention_tiles(-1, 4, 2)
