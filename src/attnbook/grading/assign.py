@@ -1,0 +1,194 @@
+"""Build every homework: ``python -m attnbook.grading.assign [hw00 hw01 ...]`` (``make assignments``).
+
+For each homework under ``exercises/`` this runs ``otter assign`` on the master notebook, which
+writes ``dist/student/`` (the notebook students get: no solutions, public tests only) and
+``dist/autograder/`` (solutions, all tests, and the Gradescope autograder zip) and fails if the
+solutions do not pass every test. Then it checks, itself, that
+
+* the student notebook holds no solution line and no hidden test (:func:`leaks`), and
+* the class grader gives the solutions full marks, with the homework's forbidden references
+  poisoned in the sandbox (so the solutions do not lean on them either).
+
+It exits non-zero if anything fails. The autograder zip carries a copy of the ``attnbook``
+package (``attnbook_pkg/``), installed from the zip by the requirements in each master's
+configuration, so Gradescope needs nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .homework import Homework, all_homework, load_homework, parse_test_file
+
+PACKAGE_DIR = "attnbook_pkg"
+_PKG_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=68", "wheel"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "attnbook"
+version = "{version}"
+description = "The course package, as shipped inside a homework's autograder."
+requires-python = ">=3.10"
+dependencies = ["torch>=2.4", "numpy>=1.24", "pyyaml>=6"]
+
+[tool.setuptools.packages.find]
+where = ["src"]
+"""
+
+
+def _package_copy(hw: Homework) -> Path:
+    """Put a minimal installable copy of attnbook beside the master (for the autograder zip)."""
+    import attnbook
+
+    src = Path(attnbook.__file__).resolve().parent
+    target = hw.folder / PACKAGE_DIR
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(src, target / "src" / "attnbook", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (target / "pyproject.toml").write_text(_PKG_PYPROJECT.format(version=attnbook.__version__), encoding="utf-8")
+    return target
+
+
+def run_otter_assign(hw: Homework, run_tests: bool = True) -> tuple[bool, str]:
+    """``otter assign`` for one homework (in its own process); (ok, log).
+
+    With ``run_tests`` otter also grades the solutions with its own runner and fails unless they
+    get full marks; the class grader's check (:func:`solutions_full_marks`) runs in any case.
+    """
+    shutil.rmtree(hw.dist, ignore_errors=True)
+    pkg = _package_copy(hw)
+    flags = ["--no-pdfs"] + ([] if run_tests else ["--no-run-tests"])
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "otter", "assign", *flags, hw.master.name, "dist"],
+            cwd=hw.folder, capture_output=True, text=True, timeout=900,
+        )
+    finally:
+        shutil.rmtree(pkg, ignore_errors=True)
+    log = (proc.stdout + proc.stderr).strip()
+    ok = proc.returncode == 0 and hw.student_notebook.exists() and hw.autograder_notebook.exists()
+    return ok, log
+
+
+_SOLUTION_LINE = re.compile(r"#\s*SOLUTION\s*$")
+
+
+def solution_only_lines(master: Path) -> set[str]:
+    """Stripped code lines that appear in the master only inside solutions (not in the prompt)."""
+    nb = json.loads(master.read_text(encoding="utf-8"))
+    inside, outside = set(), set()
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        in_block = False
+        for line in "".join(cell["source"]).splitlines():
+            s = line.strip()
+            if re.match(r"#\s*BEGIN SOLUTION", s):
+                in_block = True
+                continue
+            if re.match(r"#\s*END SOLUTION", s):
+                in_block = False
+                continue
+            if in_block or _SOLUTION_LINE.search(s):
+                inside.add(_SOLUTION_LINE.sub("", s).strip())
+            else:
+                outside.add(s)
+    return {s for s in inside - outside if len(s) >= 8 and not s.startswith("#")}
+
+
+def leaks(hw: Homework) -> list[str]:
+    """Problems with the student version: solution lines or hidden tests in it."""
+    problems = []
+    student = json.loads(hw.student_notebook.read_text(encoding="utf-8"))
+    code = "\n".join("".join(c["source"]) for c in student["cells"] if c["cell_type"] == "code")
+    student_lines = {line.strip() for line in code.splitlines()}
+    for line in sorted(solution_only_lines(hw.master)):
+        if line in student_lines:
+            problems.append(f"{hw.name}: solution line in the student notebook: {line!r}")
+    tests = student.get("metadata", {}).get("otter", {}).get("tests", {})
+    text = json.dumps(student)
+    for q, src in tests.items():
+        for case in parse_test_file(src, f"{hw.name}/{q}").cases:
+            if case.hidden:
+                problems.append(f"{hw.name}: hidden test {case.name} is in the student notebook")
+    for question in hw.questions():
+        for case in question.cases:
+            if case.hidden and case.func.__name__ in text:
+                problems.append(f"{hw.name}: the student notebook mentions hidden test {case.func.__name__}")
+    return problems
+
+
+def solutions_full_marks(hw: Homework) -> list[str]:
+    """Grade the autograder notebook (the solutions) with the class grader: must be full marks."""
+    from .grader import Grader
+
+    with Grader(hw, jobs=1) as grader:
+        (res,) = grader.grade_paths([hw.autograder_notebook])
+    if res.total == res.possible and res.possible > 0:
+        return []
+    lines = [f"{hw.name}: the solutions get {res.total:g} / {res.possible:g} from the class grader"]
+    for q in res.questions:
+        for c in q.cases:
+            if not c.passed:
+                lines.append(f"  {q.name} {c.name}: {c.message.splitlines()[0] if c.message else ''}")
+        lines.extend(f"  {q.name} integrity: {r}" for r in q.integrity)
+    lines.extend(f"  note: {n}" for n in res.notes)
+    lines.extend(f"  cell {e['cell']}: {e['error']}" for e in res.execution_errors)
+    return lines
+
+
+def build(homeworks: list[Homework], jobs: int | None = None, *, verify: bool = True,
+          otter_tests: bool = True) -> list[str]:
+    """Build ``homeworks`` (otter assign in parallel), then verify; return the problems found."""
+    import os
+
+    jobs = max(1, jobs or os.cpu_count() or 1)
+    problems: list[str] = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        outcomes = list(pool.map(lambda hw: run_otter_assign(hw, otter_tests), homeworks))
+    for hw, (ok, log) in zip(homeworks, outcomes):
+        if not ok:
+            problems.append(f"{hw.name}: otter assign failed (do the solutions pass their tests?)\n{log[-4000:]}")
+    if verify:
+        for hw in homeworks:
+            if hw.autograder_notebook.exists() and hw.student_notebook.exists():
+                problems.extend(leaks(hw))
+                problems.extend(solutions_full_marks(hw))
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m attnbook.grading.assign",
+                                description="Build student versions and autograders for the homework.")
+    p.add_argument("homework", nargs="*", help="homework names (default: all under exercises/)")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="otter assign runs in parallel")
+    args = p.parse_args(argv)
+    homeworks = [load_homework(h) for h in args.homework] if args.homework else all_homework()
+    if not homeworks:
+        print("no homework found", file=sys.stderr)
+        return 1
+    start = time.perf_counter()
+    problems = build(homeworks, args.jobs)
+    for line in problems:
+        print(line, file=sys.stderr)
+    took = time.perf_counter() - start
+    names = ", ".join(h.name for h in homeworks)
+    if problems:
+        print(f"FAILED: {len(problems)} problem(s) building {names}", file=sys.stderr)
+        return 1
+    print(f"built {names} in {took:.0f} s: student versions in exercises/*/dist/student, "
+          f"autograders (with Gradescope zips) in exercises/*/dist/autograder")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Benchmark: seconds per submission, the class grader against otter's own ``grade_submission``.
+
+    python -m attnbook.grading.bench hw01 -n 100 --otter-n 5
+
+grades ``n`` copies of the homework's solutions with the class grader (on ``--jobs`` cores,
+default all; the time includes starting the zygote), then ``--otter-n`` copies one by one through
+``otter.api.grade_submission`` with the homework's Gradescope zip (otter starts a Jupyter kernel
+per submission). Both must give full marks; it prints the seconds per submission of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .homework import load_homework
+from .submissions import submission_with, write_notebook
+
+
+def bench_ours(hw, paths, jobs: int | None) -> tuple[float, list[float]]:
+    from .grader import Grader
+
+    start = time.perf_counter()
+    with Grader(hw, jobs=jobs) as grader:
+        results = grader.grade_paths(paths)
+    took = time.perf_counter() - start
+    for r in results:
+        if r.total != r.possible:  # say why, on stderr: a benchmark of wrong grades is worthless
+            failed = [f"{q.name} {c.name}: {c.message[:300]}" for q in r.questions for c in q.cases if not c.passed]
+            print(f"{r.submission}: {r.total:g}/{r.possible:g}", *failed, *r.notes, sep="\n  ", file=sys.stderr)
+    return took, [r.total / r.possible for r in results]
+
+
+def bench_otter(hw, paths) -> tuple[float, list[float]]:
+    from otter.api import grade_submission
+
+    zips = sorted(hw.dist.glob("autograder/*.zip"))
+    if not zips:
+        raise FileNotFoundError(f"no autograder zip in {hw.dist / 'autograder'}: build {hw.name} first")
+    fractions = []
+    start = time.perf_counter()
+    for p in paths:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            results = grade_submission(str(p), str(zips[-1]), quiet=True)
+        fractions.append(results.total / results.possible)
+    return time.perf_counter() - start, fractions
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m attnbook.grading.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("homework", nargs="?", default="hw01")
+    parser.add_argument("-n", type=int, default=100, help="copies graded by the class grader")
+    parser.add_argument("--otter-n", type=int, default=3, help="copies graded by otter's grade_submission (0: skip)")
+    parser.add_argument("-j", "--jobs", type=int, default=None, help="parallel sandboxes (default: all cores)")
+    args = parser.parse_args(argv)
+    hw = load_homework(args.homework)
+    if not hw.is_built():
+        from .assign import build
+
+        problems = build([hw])
+        if problems:
+            print("\n".join(problems), file=sys.stderr)
+            return 1
+    nb = submission_with(hw, {})
+    with tempfile.TemporaryDirectory(prefix="attnbook-bench-") as tmp:
+        paths = [write_notebook(nb, Path(tmp) / f"copy{k:04d}.ipynb") for k in range(max(args.n, args.otter_n))]
+        jobs = args.jobs or os.cpu_count() or 1
+        ours, fr = bench_ours(hw, paths[: args.n], args.jobs)
+        print(f"{hw.name}: class grader, {args.n} submissions on {jobs} cores: {ours:.1f} s in all, "
+              f"{ours / args.n:.3f} s per submission (full marks: {sum(f == 1 for f in fr)}/{len(fr)})")
+        if args.otter_n > 0:
+            theirs, fo = bench_otter(hw, paths[: args.otter_n])
+            print(f"{hw.name}: otter grade_submission, {args.otter_n} submissions one by one: {theirs:.1f} s in all, "
+                  f"{theirs / args.otter_n:.3f} s per submission (full marks: {sum(f == 1 for f in fo)}/{len(fo)})")
+            print(f"speed-up per submission: {theirs / args.otter_n / (ours / args.n):.0f}x")
+        ok = all(f == 1 for f in fr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""Making submissions from a homework's notebooks: for the mutation tests and the benchmark.
+
+:func:`submission_with` takes the autograder notebook (the solutions) and replaces the
+definitions of some functions by other source code, e.g. a wrong solution; :func:`stub_submission`
+is the student notebook as handed out (every answer ``...``). Mutants live beside each master in
+``exercises/hwNN_topic/mutants.py`` as ``MUTANTS = {name: (question, {function: source})}``.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import runpy
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from .homework import Homework
+
+
+def _cell_source(cell: dict[str, Any]) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def replace_function(source: str, name: str, new_def: str) -> str | None:
+    """``source`` with the top-level definition of ``name`` replaced by ``new_def`` (None if absent)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            lines = source.splitlines()
+            start = (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1
+            return "\n".join(lines[:start] + textwrap.dedent(new_def).strip("\n").splitlines() + lines[node.end_lineno:])
+    return None
+
+
+def submission_with(hw: Homework, replacements: dict[str, str]) -> dict[str, Any]:
+    """The solutions notebook with each function in ``replacements`` redefined by its source."""
+    nb = json.loads(hw.autograder_notebook.read_text(encoding="utf-8"))
+    nb = copy.deepcopy(nb)
+    todo = dict(replacements)
+    for cell in nb["cells"]:
+        if cell.get("cell_type") != "code":
+            continue
+        for name in list(todo):
+            new = replace_function(_cell_source(cell), name, todo[name])
+            if new is not None:
+                cell["source"] = new
+                del todo[name]
+    if todo:
+        raise KeyError(f"{hw.name}: no definition of {sorted(todo)} in the solutions notebook")
+    return nb
+
+
+def stub_submission(hw: Homework) -> dict[str, Any]:
+    """The student notebook exactly as handed out."""
+    return json.loads(hw.student_notebook.read_text(encoding="utf-8"))
+
+
+def code_cells(nb: dict[str, Any]) -> list[str]:
+    """The code cells of a notebook (as the grader reads them)."""
+    return [_cell_source(c) for c in nb["cells"] if c.get("cell_type") == "code"]
+
+
+def load_mutants(hw: Homework) -> dict[str, tuple[str, dict[str, str]]]:
+    """The homework's wrong solutions: name -> (question that must lose points, {function: source})."""
+    path = hw.folder / "mutants.py"
+    if not path.exists():
+        return {}
+    return dict(runpy.run_path(str(path))["MUTANTS"])
+
+
+def write_notebook(nb: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(nb, indent=1), encoding="utf-8")
+    return path

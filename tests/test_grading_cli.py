@@ -1,0 +1,61 @@
+"""The class grader's commands: ``python -m attnbook.grading``, ``attnbook-grade`` and the benchmark."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from attnbook.grading.submissions import stub_submission, submission_with, write_notebook
+
+from .homework_support import homework
+
+WRONG_SCORES_ROW = "def scores_row(Q, K):\n    return Q @ K.T\n"
+
+
+def test_grade_a_folder_writes_gradebook_and_feedback(tmp_path):
+    hw = homework("hw00")
+    subs = tmp_path / "submitted"
+    subs.mkdir()
+    write_notebook(submission_with(hw, {}), subs / "alice.ipynb")
+    write_notebook(submission_with(hw, {"scores_row": WRONG_SCORES_ROW}), subs / "bob.ipynb")
+    write_notebook(stub_submission(hw), subs / "carol.ipynb")
+    out = tmp_path / "grades"
+    proc = subprocess.run([sys.executable, "-m", "attnbook.grading", "hw00", str(subs), "--out", str(out), "--no-build"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "graded 3 submissions" in proc.stdout
+    with open(out / "gradebook.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["submission", "q1", "q2", "q3", "q4", "q5", "total", "possible"]
+    by_name = {r["submission"]: r for r in rows}
+    assert by_name["alice"]["total"] == by_name["alice"]["possible"] == "20"
+    assert by_name["carol"]["total"] == "0"
+    assert float(by_name["bob"]["q2"]) < 4 and by_name["bob"]["q1"] == "3" and by_name["bob"]["q5"] == "5"
+    feedback = (out / "feedback" / "bob.md").read_text()
+    assert "## q2" in feedback and "FAILED" in feedback and "expected" in feedback
+    assert sorted(p.name for p in (out / "feedback").iterdir()) == ["alice.md", "bob.md", "carol.md"]
+
+
+def test_console_script_is_installed_and_explains_itself():
+    script = shutil.which("attnbook-grade", path=str(Path(sys.executable).parent))
+    assert script, "pip install -e . installs the attnbook-grade console script"
+    proc = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "submissions" in proc.stdout
+
+
+def test_unknown_homework_is_a_clear_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "attnbook.grading", "hw99", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "no homework 'hw99'" in proc.stderr
+
+
+def test_benchmark_reports_both_graders():
+    homework("hw01")  # built
+    proc = subprocess.run([sys.executable, "-m", "attnbook.grading.bench", "hw01", "-n", "4", "--otter-n", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "class grader, 4 submissions" in proc.stdout and "full marks: 4/4" in proc.stdout
+    assert "otter grade_submission, 1 submissions" in proc.stdout and "full marks: 1/1" in proc.stdout

@@ -1,0 +1,97 @@
+"""Mutation tests: every homework's tests must catch the mistakes students really make.
+
+For each homework, ``exercises/hwNN_topic/mutants.py`` lists wrong solutions (a missing
+1/sqrt(d), a softmax over the wrong axis, a transposed or inverted mask, forgotten biases, ...).
+Each is graded by the class grader together with the correct solution and the empty student
+notebook, in one batch per homework. The correct solution must get full marks, the stub zero,
+and every mutant must lose points on the question it breaks.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from attnbook.grading.grader import Grader
+from attnbook.grading.homework import all_homework
+from attnbook.grading.submissions import code_cells, load_mutants, stub_submission, submission_with
+
+from .homework_support import homework, shared_zygote
+
+HOMEWORK = [hw.name for hw in all_homework()]
+MUTANTS = [(hw.name, name) for hw in all_homework() for name in load_mutants(hw)]
+
+
+@functools.lru_cache(maxsize=None)
+def graded(name: str) -> dict:
+    """Grade the correct solution, the stub and every mutant of one homework, in one batch."""
+    hw = homework(name)
+    mutants = load_mutants(hw)
+    subs = [("<correct>", code_cells(submission_with(hw, {}))), ("<stub>", code_cells(stub_submission(hw)))]
+    subs += [(k, code_cells(submission_with(hw, functions))) for k, (_, functions) in mutants.items()]
+    with Grader(hw, zygote=shared_zygote()) as grader:
+        results = grader.grade_sources(subs)
+    return {r.submission: r for r in results}
+
+
+def _explain(result) -> str:
+    lines = [f"{result.submission}: {result.total:g} / {result.possible:g}"]
+    for q in result.questions:
+        for c in q.cases:
+            if not c.passed:
+                lines.append(f"  {q.name} {c.name}: {c.message.splitlines()[0] if c.message else ''}")
+        lines.extend(f"  {q.name}: {reason}" for reason in q.integrity)
+    lines.extend(f"  note: {n}" for n in result.notes)
+    lines.extend(f"  cell {e['cell']}: {e['error']}" for e in result.execution_errors)
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("name", HOMEWORK)
+def test_correct_solution_gets_full_marks(name):
+    result = graded(name)["<correct>"]
+    assert result.possible > 0
+    assert result.total == result.possible, _explain(result)
+
+
+@pytest.mark.parametrize("name", HOMEWORK)
+def test_empty_stub_gets_zero(name):
+    result = graded(name)["<stub>"]
+    assert result.total == 0, _explain(result)
+
+
+@pytest.mark.parametrize("name", HOMEWORK)
+def test_every_homework_has_mutants_for_every_question(name):
+    hw = homework(name)
+    targeted = {q for q, _ in load_mutants(hw).values()}
+    questions = {q.name for q in hw.questions()}
+    assert questions and targeted == questions, f"questions without a mutant: {sorted(questions - targeted)}"
+
+
+@pytest.mark.parametrize("name,mutant", MUTANTS, ids=[f"{h}:{m}" for h, m in MUTANTS])
+def test_mutant_loses_points(name, mutant):
+    result = graded(name)[mutant]
+    question, _ = load_mutants(homework(name))[mutant]
+    q = next(q for q in result.questions if q.name == question)
+    assert q.score < q.possible, f"mutant {mutant!r} was not caught by {question}:\n{_explain(result)}"
+    assert result.total < result.possible
+
+
+def test_mutation_scores(capsys):
+    """Print the mutation score of each homework (caught / mutants); every mutant must be caught."""
+    lines = []
+    missed = []
+    for name in HOMEWORK:
+        results = graded(name)
+        mutants = load_mutants(homework(name))
+        caught = 0
+        for mutant, (question, _) in mutants.items():
+            q = next(q for q in results[mutant].questions if q.name == question)
+            if q.score < q.possible:
+                caught += 1
+            else:
+                missed.append(f"{name}: {mutant}")
+        lines.append(f"{name}: mutation score {caught}/{len(mutants)}")
+    with capsys.disabled():
+        print("\n" + "\n".join(lines))
+    assert not missed, missed
