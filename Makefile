@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 # Jupyter refuses to start as root unless told it may
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup book test lab clean
+.PHONY: setup book test lab clean assignments bench
 
 setup: $(VENV)/.installed
 
@@ -25,6 +25,12 @@ book: setup  ## build the website into _build/html (strict: any warning fails)
 
 test: setup  ## the package tests and every chapter through nbval
 	$(BIN)/python -m pytest
+
+assignments: setup  ## build every homework's student version and autograder (fails if a solution fails its tests)
+	$(BIN)/python -m attnbook.grading.assign
+
+bench: setup  ## time attnbook against PyTorch's kernels on this machine's device (BENCH_ARGS=--quick for a smoke run)
+	$(BIN)/python -m attnbook.bench $(BENCH_ARGS)
 
 lab: setup  ## open the chapters as notebooks in JupyterLab
 	$(BIN)/jupyter lab $(ALLOW_ROOT) book/

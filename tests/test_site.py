@@ -5,8 +5,9 @@ loads, the previous/next links lead to the neighbouring pages, nothing is fetche
 localhost and the console shows no errors. The search page must find a term. A screenshot of each
 page (desktop, phone width, dark mode) is saved under ``_build/screenshots/``.
 
-The site is the one ``make book`` built (``_build/html``); if there is none, a non-strict build is
-made first. Without Chromium or Playwright the test is skipped with a message saying how to get
+The site is the one ``make book`` built (``_build/html``), or the one named by the environment
+variable ``ATTNBOOK_SITE`` (screenshots then go beside it); if there is none, a non-strict build
+is made first. Without Chromium or Playwright the test is skipped with a message saying how to get
 them (CI installs both, so there it always runs).
 """
 
@@ -26,8 +27,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SITE = ROOT / "_build" / "html"
-SHOTS = ROOT / "_build" / "screenshots"
+# the built site to test: ATTNBOOK_SITE=/tmp/jb-me/_build/html points it at a build elsewhere
+SITE = Path(os.environ.get("ATTNBOOK_SITE", ROOT / "_build" / "html")).resolve()
+SHOTS = SITE.parent / "screenshots"
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync",
@@ -64,6 +66,8 @@ def site_url():
     except ImportError:
         pytest.skip("Playwright is not installed: `pip install -e '.[test]'`")
     if not (SITE / "index.html").exists():
+        if "ATTNBOOK_SITE" in os.environ:
+            pytest.fail(f"ATTNBOOK_SITE={SITE} holds no built site (index.html)")
         subprocess.run([sys.executable, "-m", "jupyter_book", "build", str(ROOT)], check=True, cwd=ROOT)
     handler = functools.partial(QuietHandler, directory=str(SITE))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -159,7 +163,7 @@ def test_page_renders_offline(browser, site_url, index):
         context.close()
 
 
-@pytest.mark.parametrize("name", [p for p in PAGES if Path(p).name[:1].isdigit()][:2])
+@pytest.mark.parametrize("name", [p for p in PAGES if Path(p).name[:1].isdigit()])
 def test_phone_width_and_dark_mode(browser, site_url, name):
     context, page, log, _ = open_page(browser, site_url, name, viewport={"width": 390, "height": 844},
                                       color_scheme="dark", device_scale_factor=2)
@@ -171,8 +175,20 @@ def test_phone_width_and_dark_mode(browser, site_url, name):
         background = page.evaluate("getComputedStyle(document.body).backgroundColor")
         channels = [int(c) for c in background[background.index("(") + 1:background.index(")")].split(",")[:3]]
         assert sum(channels) < 3 * 80, f"{name}: dark mode background is {background}"
+        # figures (white matplotlib PNGs) sit on white, not on the theme's grey (book/_static/attnbook.css),
+        # and are no wider than the screen
+        figures = page.evaluate("[...document.querySelectorAll('main figure img, main .cell_output img')]"
+                                ".map(i => [getComputedStyle(i).backgroundColor, i.getBoundingClientRect().right])")
+        assert all(colour == "rgb(255, 255, 255)" for colour, _ in figures), f"{name}: {figures}"
+        assert all(right <= 390 + 1 for _, right in figures), f"{name}: a figure is wider than the phone: {figures}"
+        # solutions of the in-book exercises start folded away
+        assert page.evaluate("[...document.querySelectorAll('main .solution')].every(s => s.classList.contains('toggle-hidden'))"), \
+            f"{name}: a solution of an exercise is shown unfolded"
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"{name.replace('/', '_')}-phone-dark.png"))
+        if figures:  # and one screenshot showing the first figure
+            page.locator("main figure img, main .cell_output img").first.scroll_into_view_if_needed()
+            page.screenshot(path=str(SHOTS / f"{name.replace('/', '_')}-phone-dark-figure.png"))
         assert log.problems == [], f"{name}: {log.problems}"
     finally:
         context.close()

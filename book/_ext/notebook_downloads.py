@@ -34,4 +34,7 @@ def add_notebook_download(app, pagename, templatename, context, doctree):
 def setup(app):
     # run before sphinx-book-theme builds its header buttons (default priority 500)
     app.connect("html-page-context", add_notebook_download, priority=400)
+    # and again after its launch buttons (priority 501), which copy the *executed* notebook (with
+    # outputs) to the same _sources/<page>.ipynb when launch buttons are configured
+    app.connect("html-page-context", add_notebook_download, priority=502)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
