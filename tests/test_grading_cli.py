@@ -6,6 +6,7 @@ import csv
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from attnbook.grading.submissions import stub_submission, submission_with, write_notebook
@@ -59,3 +60,42 @@ def test_benchmark_reports_both_graders():
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "class grader, 4 submissions" in proc.stdout and "full marks: 4/4" in proc.stdout
     assert "otter grade_submission, 1 submissions" in proc.stdout and "full marks: 1/1" in proc.stdout
+
+
+def test_zips_exported_by_students_are_graded_and_bad_zips_score_zero(tmp_path):
+    """``grader.export()`` hands students a zip holding their notebook (and otter's log): the
+    grader reads the notebook from it. A zip with no single notebook, or a corrupt one, scores 0
+    with a note saying why, and does not stop the run."""
+    hw = homework("hw00")
+    subs = tmp_path / "submitted"
+    subs.mkdir()
+    right = write_notebook(submission_with(hw, {}), tmp_path / "hw00.ipynb")
+    wrong = write_notebook(submission_with(hw, {"scores_row": WRONG_SCORES_ROW}), tmp_path / "wrong.ipynb")
+    with zipfile.ZipFile(subs / "dana.zip", "w") as z:  # the layout of otter's export
+        z.write(right, "hw00.ipynb")
+        z.writestr(".OTTER_LOG", b"\x80binary log")
+    with zipfile.ZipFile(subs / "erin.zip", "w") as z:
+        z.write(right, "hw00.ipynb")
+        z.write(wrong, "copy/hw00.ipynb")
+    (subs / "frank.zip").write_bytes(b"PK\x03\x04 this is not a zip")
+    out = tmp_path / "grades"
+    proc = subprocess.run([sys.executable, "-m", "attnbook.grading", "hw00", str(subs), "--out", str(out), "--no-build"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    with open(out / "gradebook.csv", newline="") as f:
+        by_name = {r["submission"]: r for r in csv.DictReader(f)}
+    assert sorted(by_name) == ["dana", "erin", "frank"]
+    assert by_name["dana"]["total"] == by_name["dana"]["possible"] == "20"
+    assert by_name["erin"]["total"] == "0" and by_name["frank"]["total"] == "0"
+    assert "exactly one .ipynb" in (out / "feedback" / "erin.md").read_text()
+    assert "not a valid zip" in (out / "feedback" / "frank.md").read_text()
+
+
+def test_a_student_with_both_a_notebook_and_a_zip_is_a_clear_error(tmp_path):
+    hw = homework("hw00")
+    write_notebook(stub_submission(hw), tmp_path / "gina.ipynb")
+    with zipfile.ZipFile(tmp_path / "gina.zip", "w") as z:
+        z.write(tmp_path / "gina.ipynb", "hw00.ipynb")
+    proc = subprocess.run([sys.executable, "-m", "attnbook.grading", "hw00", str(tmp_path), "--no-build"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "gina" in proc.stderr and ".zip" in proc.stderr

@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Grade a folder of submitted notebooks for one homework, each in its own sandbox.",
     )
     p.add_argument("homework", help="homework name (hw01), its folder, or its master notebook")
-    p.add_argument("submissions", help="folder of submitted .ipynb files (one per student)")
+    p.add_argument("submissions", help="folder of submitted notebooks (.ipynb, or the .zip of grader.export()), one per student")
     p.add_argument("-o", "--out", default=None, help="output folder (default: grades/<homework>)")
     p.add_argument("-j", "--jobs", type=int, default=None, help="parallel sandboxes (default: all cores)")
     p.add_argument("--timeout", type=float, default=None,
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         hw = load_homework(args.homework)
         paths = find_submissions(args.submissions)
-    except (FileNotFoundError, NotADirectoryError) as exc:
+    except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         print(f"attnbook-grade: {exc}", file=sys.stderr)
         return 2
     if not hw.is_built():
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(problems), file=sys.stderr)
             return 1
     if not paths:
-        print(f"no .ipynb files in {args.submissions}", file=sys.stderr)
+        print(f"no .ipynb or .zip files in {args.submissions}", file=sys.stderr)
         return 2
     limits = {}
     if args.timeout is not None:

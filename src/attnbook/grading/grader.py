@@ -17,6 +17,7 @@ import queue
 import shutil
 import tempfile
 import traceback
+import zipfile
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -69,10 +70,39 @@ class SubmissionResult:
         return next(q.score for q in self.questions if q.name == question)
 
 
+# the largest notebook read from a submitted zip (a guard against zip bombs)
+MAX_NOTEBOOK_BYTES = 64 * 2**20
+
+
+def _notebook_in_zip(path: Path) -> dict:
+    """The one notebook inside a zip made by ``grader.export()`` (otter's export: the notebook, and
+    possibly a PDF and otter's log)."""
+    with zipfile.ZipFile(path) as archive:
+        notebooks = [i for i in archive.infolist()
+                     if i.filename.endswith(".ipynb") and "/." not in "/" + i.filename
+                     and not i.filename.startswith("__MACOSX/")]
+        if len(notebooks) != 1:
+            names = [i.filename for i in notebooks]
+            raise ValueError(f"{path.name} must hold exactly one .ipynb notebook, it holds {len(names)}: {names}")
+        info = notebooks[0]
+        if info.file_size > MAX_NOTEBOOK_BYTES:
+            raise ValueError(f"{info.filename} in {path.name} is {info.file_size} bytes, more than "
+                             f"{MAX_NOTEBOOK_BYTES} allowed")
+        return json.loads(archive.read(info).decode("utf-8"))
+
+
 def read_code_cells(path: str | os.PathLike[str]) -> list[str]:
-    """The code cells of a notebook file, as text (nothing is executed)."""
-    with open(path, encoding="utf-8") as f:
-        nb = json.load(f)
+    """The code cells of a notebook file, or of the notebook in a zip exported by
+    ``grader.export()``, as text (nothing is executed)."""
+    path = Path(path)
+    if path.suffix == ".zip":
+        try:
+            nb = _notebook_in_zip(path)
+        except zipfile.BadZipFile as exc:
+            raise ValueError(f"{path.name} is not a valid zip file: {exc}") from exc
+    else:
+        with open(path, encoding="utf-8") as f:
+            nb = json.load(f)
     cells = nb.get("cells") if isinstance(nb, dict) else None
     if not isinstance(cells, list):
         raise ValueError("not a Jupyter notebook (no list of cells)")
@@ -240,7 +270,7 @@ class Grader:
             p = Path(p)
             try:
                 items.append((p.stem, read_code_cells(p), str(p)))
-            except (OSError, ValueError, UnicodeDecodeError) as exc:
+            except (OSError, ValueError, UnicodeDecodeError, zipfile.BadZipFile) as exc:
                 unreadable[p.stem] = (str(p), f"the submission could not be read as a notebook: {exc}")
         graded = self.grade_sources((name, cells) for name, cells, _ in items)
         by_name = {}
@@ -255,8 +285,15 @@ class Grader:
 
 
 def find_submissions(folder: str | os.PathLike[str]) -> list[Path]:
-    """The notebooks in ``folder`` (not recursive; checkpoints skipped)."""
+    """The submissions in ``folder``: notebooks and the zips of ``grader.export()`` (not recursive;
+    hidden files and checkpoints skipped)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise NotADirectoryError(f"{folder} is not a folder of submitted notebooks")
-    return sorted(p for p in folder.glob("*.ipynb") if p.is_file() and not p.name.startswith("."))
+    found = sorted(p for p in folder.iterdir()
+                   if p.suffix in (".ipynb", ".zip") and p.is_file() and not p.name.startswith("."))
+    stems = [p.stem for p in found]
+    twice = sorted({s for s in stems if stems.count(s) > 1})
+    if twice:
+        raise ValueError(f"{folder}: both a .ipynb and a .zip for {twice}; keep one submission per student")
+    return found

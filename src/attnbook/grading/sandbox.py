@@ -27,6 +27,7 @@ import types
 from typing import Any
 
 from . import protocol
+from .static import resolve_loaded as _resolve
 
 
 class CellTimeout(BaseException):
@@ -134,25 +135,6 @@ def _poison(dotted: str) -> types.FunctionType:
     forbidden.__qualname__ = forbidden.__name__
     forbidden.__doc__ = message
     return forbidden
-
-
-def _resolve(dotted: str) -> Any:
-    """The object named ``a.b.c`` among modules already imported (``None`` if not found)."""
-    parts = dotted.split(".")
-    # shortest module prefix first: ``attnbook.softmax`` is the function (the package attribute)
-    # even though a submodule of that name exists too
-    for cut in range(1, len(parts) + 1):
-        module = sys.modules.get(".".join(parts[:cut]))
-        if module is None:
-            continue
-        obj: Any = module
-        try:
-            for name in parts[cut:]:
-                obj = getattr(obj, name)
-        except AttributeError:
-            continue
-        return obj
-    return None
 
 
 def poison_references(forbidden: list[str]) -> list[str]:

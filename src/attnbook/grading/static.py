@@ -83,11 +83,10 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
-def _resolve_object(dotted: str) -> Any:
-    """The object a dotted name denotes among modules the grader has loaded (no new imports)."""
+def resolve_loaded(dotted: str) -> Any:
+    """The object named ``a.b.c`` among modules already imported (no new imports; ``None`` if not
+    found). Used by the grader here and by the sandbox to find the functions it poisons."""
     parts = dotted.split(".")
-    if parts[0] not in ("attnbook", "torch", "numpy"):
-        return None
     # shortest module prefix first: ``attnbook.softmax`` is the function (the package attribute)
     # even though a submodule of that name exists too
     for cut in range(1, len(parts) + 1):
@@ -102,6 +101,13 @@ def _resolve_object(dotted: str) -> Any:
             continue
         return obj
     return None
+
+
+def _resolve_object(dotted: str) -> Any:
+    """The object a dotted name of ``attnbook``, ``torch`` or ``numpy`` denotes (no new imports)."""
+    if dotted.split(".")[0] not in ("attnbook", "torch", "numpy"):
+        return None
+    return resolve_loaded(dotted)
 
 
 class Analyzer:
