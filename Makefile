@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 # Jupyter refuses to start as root unless told it may
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup book test lab clean assignments bench
+.PHONY: setup book test lab clean assignments bench publish
 
 setup: $(VENV)/.installed
 
@@ -31,6 +31,9 @@ assignments: setup  ## build every homework's student version and autograder (fa
 
 bench: setup  ## time attnbook against PyTorch's kernels on this machine's device (BENCH_ARGS=--quick for a smoke run)
 	$(BIN)/python -m attnbook.bench $(BENCH_ARGS)
+
+publish: book  ## push the built site to the gh-pages branch of the repository (GitHub Pages; Colab buttons open its notebooks)
+	$(BIN)/ghp-import --no-jekyll --push --force _build/html
 
 lab: setup  ## open the chapters as notebooks in JupyterLab
 	$(BIN)/jupyter lab $(ALLOW_ROOT) book/
