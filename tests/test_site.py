@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -57,7 +59,17 @@ PAGES = toc_pages()
 
 
 @pytest.fixture(scope="module")
-def site_url():
+def built_site() -> Path:
+    """The built site's folder, building it (not strictly) if there is none yet."""
+    if not (SITE / "index.html").exists():
+        if "ATTNBOOK_SITE" in os.environ:
+            pytest.fail(f"ATTNBOOK_SITE={SITE} holds no built site (index.html)")
+        subprocess.run([sys.executable, "-m", "jupyter_book", "build", str(ROOT)], check=True, cwd=ROOT)
+    return SITE
+
+
+@pytest.fixture(scope="module")
+def site_url(built_site):
     executable = _chromium()
     if executable is None:
         pytest.skip("Chromium is not installed: `apt-get install chromium` (Debian) to run the browser test")
@@ -65,12 +77,8 @@ def site_url():
         import playwright  # noqa: F401
     except ImportError:
         pytest.skip("Playwright is not installed: `pip install -e '.[test]'`")
-    if not (SITE / "index.html").exists():
-        if "ATTNBOOK_SITE" in os.environ:
-            pytest.fail(f"ATTNBOOK_SITE={SITE} holds no built site (index.html)")
-        subprocess.run([sys.executable, "-m", "jupyter_book", "build", str(ROOT)], check=True, cwd=ROOT)
-    handler = functools.partial(QuietHandler, directory=str(SITE))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    handler = functools.partial(QuietHandler, directory=str(built_site))
+    server = QuietServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -80,6 +88,15 @@ def site_url():
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
+
+
+class QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # the browser hangs up on a response it no longer wants when the test navigates away
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
 
 
 @pytest.fixture(scope="module")
@@ -208,12 +225,47 @@ def test_search_finds_a_term(browser, site_url):
         context.close()
 
 
-def test_chapters_offer_a_notebook_download():
-    for name in PAGES:
-        source = ROOT / f"{name}.md"
-        if "kernelspec:" in source.read_text()[:600]:
-            notebook = SITE / "_sources" / f"{name}.ipynb"
-            if SITE.exists():
-                assert notebook.exists(), f"no .ipynb download for {name}"
-                html = (SITE / f"{name}.html").read_text()
-                assert f"{Path(name).name}.ipynb" in html, f"{name}.html has no .ipynb download link"
+CHAPTERS = [p for p in PAGES if Path(p).name[:1].isdigit()]
+
+
+def test_chapters_offer_a_notebook_download(built_site):
+    assert CHAPTERS, "no chapter in _toc.yml"
+    for name in CHAPTERS:
+        assert "kernelspec:" in (ROOT / f"{name}.md").read_text()[:600], f"{name}.md is not a MyST notebook"
+        notebook = built_site / "_sources" / f"{name}.ipynb"
+        assert notebook.exists(), f"no .ipynb download for {name}"
+        cells = json.loads(notebook.read_text())["cells"]
+        assert any(c["cell_type"] == "code" for c in cells), f"{notebook} has no code cell"
+        assert all(not c.get("outputs") for c in cells if c["cell_type"] == "code"), f"{notebook} holds outputs"
+        # the first cell installs the course package where it is missing (Colab), and nothing else
+        first = cells[0]
+        assert "attnbook-install" in first["metadata"].get("tags", []), f"{notebook}: no install cell first"
+        assert "%pip install" in "".join(first["source"]) and "find_spec(\"attnbook\")" in "".join(first["source"])
+        html = (built_site / f"{name}.html").read_text()
+        assert f"{Path(name).name}.ipynb" in html, f"{name}.html has no .ipynb download link"
+        # Colab opens the published notebook (a .ipynb on the gh-pages branch), never the .md source
+        colab = re.findall(r'href="(https://colab\.research\.google\.com/[^"]+)"', html)
+        assert colab and all(url.endswith(f"/_sources/{name}.ipynb") and "/blob/gh-pages/" in url
+                             for url in colab), f"{name}: Colab links {colab}"
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_links_reference_pages_and_has_exercises(built_site, name):
+    """Every chapter links the notation page and the glossary, links at least one glossary term,
+    and ends with exercises whose solutions are folded dropdowns."""
+    html = (built_site / f"{name}.html").read_text()
+    main = html[html.index("<main"):html.index("</main>")]
+    assert 'href="notation.html' in main, f"{name}: no link to the notation page"
+    assert 'href="glossary.html"' in main or 'href="glossary.html#' in main, f"{name}: no link to the glossary"
+    assert re.search(r'href="glossary\.html#term-[^"]+"', main), f"{name}: no glossary term is linked"
+    exercises = len(re.findall(r'<div class="exercise admonition"', main))
+    solutions = len(re.findall(r'<div class="solution[^"]*dropdown', main))
+    assert exercises >= 2, f"{name}: {exercises} exercises (expected at least 2)"
+    assert solutions == exercises, f"{name}: {exercises} exercises but {solutions} folded solutions"
+
+
+def test_permutation_chapter_states_theorems_with_proofs(built_site):
+    main = (built_site / "book" / "06_permutation_properties.html").read_text()
+    theorems = len(re.findall(r'<div class="proof (?:theorem|corollary) admonition"', main))
+    proofs = len(re.findall(r'<div class="proof admonition"', main))
+    assert theorems >= 5 and proofs >= theorems, (theorems, proofs)
