@@ -15,6 +15,7 @@ import pytest
 
 from attnbook.grading.grader import Grader
 from attnbook.grading.homework import all_homework
+from attnbook.grading.report import failure_summary
 from attnbook.grading.submissions import code_cells, load_mutants, stub_submission, submission_with
 
 from .homework_support import homework, shared_zygote
@@ -36,15 +37,7 @@ def graded(name: str) -> dict:
 
 
 def _explain(result) -> str:
-    lines = [f"{result.submission}: {result.total:g} / {result.possible:g}"]
-    for q in result.questions:
-        for c in q.cases:
-            if not c.passed:
-                lines.append(f"  {q.name} {c.name}: {c.message.splitlines()[0] if c.message else ''}")
-        lines.extend(f"  {q.name}: {reason}" for reason in q.integrity)
-    lines.extend(f"  note: {n}" for n in result.notes)
-    lines.extend(f"  cell {e['cell']}: {e['error']}" for e in result.execution_errors)
-    return "\n".join(lines)
+    return "\n".join([f"{result.submission}: {result.total:g} / {result.possible:g}", *failure_summary(result)])
 
 
 @pytest.mark.parametrize("name", HOMEWORK)

@@ -135,15 +135,10 @@ def solutions_full_marks(hw: Homework) -> list[str]:
         (res,) = grader.grade_paths([hw.autograder_notebook])
     if res.total == res.possible and res.possible > 0:
         return []
-    lines = [f"{hw.name}: the solutions get {res.total:g} / {res.possible:g} from the class grader"]
-    for q in res.questions:
-        for c in q.cases:
-            if not c.passed:
-                lines.append(f"  {q.name} {c.name}: {c.message.splitlines()[0] if c.message else ''}")
-        lines.extend(f"  {q.name} integrity: {r}" for r in q.integrity)
-    lines.extend(f"  note: {n}" for n in res.notes)
-    lines.extend(f"  cell {e['cell']}: {e['error']}" for e in res.execution_errors)
-    return lines
+    from .report import failure_summary
+
+    return [f"{hw.name}: the solutions get {res.total:g} / {res.possible:g} from the class grader",
+            *failure_summary(res)]
 
 
 def build(homeworks: list[Homework], jobs: int | None = None, *, verify: bool = True,

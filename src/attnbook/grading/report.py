@@ -69,6 +69,20 @@ def feedback_text(r: SubmissionResult, homework: str) -> str:
     return "\n".join(lines)
 
 
+def failure_summary(r: SubmissionResult) -> list[str]:
+    """What cost a submission points, one line each: failed tests, integrity findings, notes and
+    cells that raised (for instructors' error messages and the tests)."""
+    lines = []
+    for q in r.questions:
+        for c in q.cases:
+            if not c.passed:
+                lines.append(f"  {q.name} {c.name}: {c.message.splitlines()[0] if c.message else ''}")
+        lines.extend(f"  {q.name} integrity: {reason}" for reason in q.integrity)
+    lines.extend(f"  note: {n}" for n in r.notes)
+    lines.extend(f"  cell {e['cell']}: {e['error']}" for e in r.execution_errors)
+    return lines
+
+
 def safe_filename(name: str) -> str:
     """A file name made only of safe characters, from a submission name."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "submission"
