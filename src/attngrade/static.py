@@ -1,7 +1,7 @@
 """Reading a submission's code without running it: which answers lean on a forbidden reference.
 
 The sandbox already makes the forbidden references fail when called (see
-:func:`attnbook.grading.sandbox.poison_references`); this static pass is the second lock. It parses
+:func:`attngrade.sandbox.poison_references`); this static pass is the second lock. It parses
 every code cell with :mod:`ast` (parsing runs nothing) and reports, per question:
 
 * a **forbidden reference**: the answer's function, or a function or class it uses, names one of
@@ -46,10 +46,10 @@ PRIVATE_TORCH = ("torch.ops", "torch._C", "torch.overrides", "torch._", "torch.l
 
 
 def strip_magics(source: str) -> str:
-    """The same IPython clean-up the sandbox applies before running a cell."""
-    from .sandbox import strip_magics as strip
+    """The same IPython translation the sandbox applies before running a cell."""
+    from .worker import to_python
 
-    return strip(source)
+    return to_python(source)
 
 
 @dataclass

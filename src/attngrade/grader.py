@@ -1,0 +1,310 @@
+"""Grading submissions: each in a bubblewrap sandbox, every verdict computed in the grader's process.
+
+For one submission the grader (1) reads the notebook's code cells as text (:mod:`.notebook`),
+(2) reads them statically for constructs an instructor may want to review (:mod:`.static`; this
+never changes a score), (3) has a sandbox execute them (:mod:`.sandbox`, :mod:`.worker`), and
+(4) runs each question's otter tests *here*, passing them proxies that call the student's
+functions in the sandbox and return plain data. The tests compute their reference answers with
+``attnbook`` in this process, which never imports, unpickles or executes anything the student
+wrote. Whether an answer used a reference implementation is decided by what ran during the call
+(the reference is absent from the sandbox, and :mod:`.integrity` watches the fused kernels), not
+by what the code names. Submissions are graded in parallel, one thread driving one sandbox each.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import traceback
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import static
+from .homework import Homework, Question, TestCaseSpec
+from .notebook import SubmissionError, find_submissions, read_submission
+from .sandbox import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Session, Worker, find_bwrap
+from .view import build_view, hidden_paths
+
+
+@dataclass
+class CaseResult:
+    question: str
+    name: str
+    hidden: bool
+    points: float
+    passed: bool
+    message: str
+
+
+@dataclass
+class QuestionResult:
+    name: str
+    score: float
+    possible: float
+    cases: list[CaseResult] = field(default_factory=list)
+
+
+@dataclass
+class SubmissionResult:
+    """The grade of one submission, with everything its feedback file says.
+
+    ``status``: ``ok``; ``review`` when the static reading found constructs an instructor may want
+    to look at (the score is what the tests gave); ``error`` when the grader failed (the score is
+    not the student's; the command exits non-zero).
+    """
+
+    submission: str
+    path: str
+    questions: list[QuestionResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    execution_errors: list[dict[str, Any]] = field(default_factory=list)
+    review: list[str] = field(default_factory=list)
+    status: str = "ok"
+    error: str = ""
+    worker_lost: bool = False
+
+    def __post_init__(self) -> None:
+        if self.status == "ok" and self.review:
+            self.status = "review"
+
+    @property
+    def final_status(self) -> str:
+        if self.status == "error":
+            return "error"
+        return "review" if self.review else "ok"
+
+    @property
+    def total(self) -> float:
+        return sum(q.score for q in self.questions)
+
+    @property
+    def possible(self) -> float:
+        return sum(q.possible for q in self.questions)
+
+    def score(self, question: str) -> float:
+        return next(q.score for q in self.questions if q.name == question)
+
+
+def read_code_cells(path: str | os.PathLike[str]) -> list[str]:
+    """The code cells of a submitted notebook (or export zip), as text; nothing is executed."""
+    return read_submission(path).cells
+
+
+def _format_failure(exc: BaseException) -> str:
+    if isinstance(exc, AssertionError):
+        text = str(exc) or "an assertion in the test failed"
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return text[:4000]
+
+
+def run_case(case: TestCaseSpec, session: Session) -> tuple[bool, str]:
+    """Run one test case against the sandbox; (passed, message)."""
+    kwargs: dict[str, Any] = {}
+    for name in case.params:
+        try:
+            kind, value = session.lookup(name)
+        except SandboxError as exc:
+            return False, f"`{name}` could not be looked up: the notebook's process {exc}"
+        if kind == "missing":
+            return False, f"`{name}` is not defined in the notebook"
+        kwargs[name] = session.proxy(name) if kind == "callable" else value
+    try:
+        case.func(**kwargs)
+    except Exception as exc:
+        return False, _format_failure(exc)
+    return True, case.success_message or "passed"
+
+
+def grade_cells(cells: list[str], questions: Sequence[Question], homework: Homework, *, worker: Worker,
+                name: str, path: str = "", limits: dict[str, Any] | None = None,
+                static_checks: bool = True) -> SubmissionResult:
+    """Grade one submission given its code cells, in ``worker``.
+
+    Raises :class:`InfrastructureError` when the sandbox fails before the student's code runs.
+    """
+    result = SubmissionResult(submission=name, path=path)
+    if static_checks:
+        findings = static.analyze(cells, homework.forbidden, {q.name: q.functions for q in questions})
+        result.review = list(dict.fromkeys(r for reasons in findings.values() for r in reasons))
+    session = Session(worker, cells, limits=limits or homework.limits)
+    try:
+        session.start()
+        result.execution_errors = list(session.execution_errors)
+        for q in questions:
+            qr = QuestionResult(q.name, 0.0, q.possible)
+            for case in q.cases:
+                if session.broken is not None:
+                    passed, message = False, "not graded: " + session.broken
+                else:
+                    passed, message = run_case(case, session)
+                qr.cases.append(CaseResult(q.name, case.name, case.hidden, float(case.points or 0), passed,
+                                           message if passed else (case.failure_message + "\n" + message
+                                                                   if case.failure_message else message)))
+            passed_points = sum(c.points for c in qr.cases if c.passed)
+            if q.all_or_nothing:
+                qr.score = qr.possible if all(c.passed for c in qr.cases) else 0.0
+            else:
+                qr.score = float(passed_points)
+            result.questions.append(qr)
+    finally:
+        session.close()
+    result.worker_lost = session.worker_lost
+    result.notes.extend(dict.fromkeys(session.events))
+    return result
+
+
+def _zero(name: str, path: str, questions: Sequence[Question], note: str, status: str = "ok") -> SubmissionResult:
+    res = SubmissionResult(name, path, notes=[note], status=status)
+    res.questions = [QuestionResult(q.name, 0.0, q.possible) for q in questions]
+    if status == "error":
+        res.error = note
+    return res
+
+
+class Grader:
+    """Grades submissions of one homework, each in a bubblewrap sandbox; reusable across calls.
+
+    ``sandbox=False`` (the CLI's ``--unsafe-no-sandbox``) runs the workers without isolation, for a
+    trusted setting; without it, a machine without bubblewrap raises :class:`SandboxUnavailable`.
+    ``hide``: more paths the sandboxes must not see (the submissions and output folders).
+    ``static_checks``: read the code for constructs an instructor may want to review (never
+    scored).
+    """
+
+    def __init__(self, homework: Homework, *, jobs: int | None = None, limits: dict[str, Any] | None = None,
+                 sandbox: bool = True, hide: Sequence[str | os.PathLike[str]] = (), static_checks: bool = True):
+        self.homework = homework
+        self.questions = homework.questions()
+        self.jobs = max(1, jobs or os.cpu_count() or 1)
+        self.limits = {**homework.limits, **(limits or {})}
+        self.sandbox = sandbox
+        self.static_checks = static_checks
+        self.hide = [str(p) for p in hide]
+        self.warnings: list[str] = []
+        self._root: Path | None = None
+        self._view = None
+        self._workers: queue.Queue[Worker] = queue.Queue()
+        self._all_workers: list[Worker] = []
+
+    def __enter__(self) -> "Grader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for w in self._all_workers:
+            w.close()
+        self._all_workers = []
+        self._workers = queue.Queue()
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+            self._root = None
+
+    def _ensure_started(self) -> None:
+        if self._root is not None:
+            return
+        if self.sandbox and find_bwrap() is None:
+            raise SandboxUnavailable("bubblewrap (bwrap) is not installed: " + INSTALL_HINT)
+        self._root = Path(tempfile.mkdtemp(prefix="attngrade-"))
+        os.chmod(self._root, 0o700)
+        self._view = build_view(self._root / "view", self.homework.forbidden)
+        hide = hidden_paths([str(self.homework.folder.parent), *self.hide])
+        for _ in range(self.jobs):
+            w = Worker(self._view, hide=hide, forbidden=self.homework.forbidden, sandbox=self.sandbox,
+                       tmp_mb=int(self.limits.get("tmp_mb", 64)))
+            self._all_workers.append(w)
+            self._workers.put(w)
+        # start one worker now: a machine where bubblewrap cannot work fails here, loudly
+        first = self._all_workers[0]
+        first.start()
+
+    def _grade_one(self, name: str, cells: list[str], path: str) -> SubmissionResult:
+        """Grade one submission; retry once on a fresh sandbox when the sandbox failed."""
+        worker = self._workers.get()
+        try:
+            first_failure = None
+            for attempt in range(2):
+                try:
+                    res = grade_cells(cells, self.questions, self.homework, worker=worker, name=name, path=path,
+                                      limits=self.limits, static_checks=self.static_checks)
+                except InfrastructureError as exc:
+                    worker.close()
+                    first_failure = first_failure or str(exc)
+                    if attempt == 0:
+                        continue
+                    return _zero(name, path, self.questions,
+                                 f"grader error (not caused by this submission): the sandbox failed twice: {exc}",
+                                 status="error")
+                if res.worker_lost and attempt == 0:
+                    # the sandbox died while this notebook ran: run it once more on a fresh one;
+                    # a notebook that kills its sandbox again gets what it earned the second time
+                    worker.close()
+                    continue
+                if res.worker_lost:
+                    res.notes.append("the notebook's sandbox died while running it, twice; tests that "
+                                     "had not run fail")
+                return res
+            raise AssertionError("unreachable")
+        finally:
+            self._workers.put(worker)
+
+    def grade_sources(self, submissions: Iterable[tuple[str, list[str]]], *, progress: bool = False) -> list[SubmissionResult]:
+        """Grade (name, code cells) pairs in parallel; results in the same order."""
+        items = [(name, cells, "") for name, cells in submissions]
+        return self._grade_items(items, progress=progress)
+
+    def _grade_items(self, items: list[tuple[str, list[str], str]], *, progress: bool) -> list[SubmissionResult]:
+        self._ensure_started()
+
+        def one(item: tuple[str, list[str], str]) -> SubmissionResult:
+            name, cells, path = item
+            try:
+                return self._grade_one(name, cells, path)
+            except SandboxUnavailable:
+                raise
+            except Exception:  # a bug of the grader, not the student's: say so
+                return _zero(name, path, self.questions,
+                             "internal grader error:\n" + traceback.format_exc(limit=5), status="error")
+
+        bar = None
+        if progress:
+            try:
+                from tqdm import tqdm
+
+                bar = tqdm(total=len(items), desc=f"grading {self.homework.name}", unit="notebook", file=sys.stderr)
+            except ImportError:
+                bar = None
+        results: list[SubmissionResult | None] = [None] * len(items)
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            futures = {pool.submit(one, item): k for k, item in enumerate(items)}
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                if bar is not None:
+                    bar.update(1)
+        if bar is not None:
+            bar.close()
+        return [r for r in results if r is not None]
+
+    def grade_paths(self, paths: Iterable[str | os.PathLike[str]], *, progress: bool = False) -> list[SubmissionResult]:
+        """Grade submitted files. Every file is read into memory before any student code runs; a
+        file that cannot be read scores 0 with the reason (that row only)."""
+        items, unreadable = [], []
+        for p in paths:
+            p = Path(p)
+            try:
+                sub = read_submission(p)
+                items.append((sub.name, sub.cells, str(p)))
+            except SubmissionError as exc:
+                unreadable.append(_zero(p.stem, str(p), self.questions,
+                                        f"the submission could not be read as a notebook: {exc}"))
+        graded = self._grade_items(items, progress=progress)
+        return sorted(graded + unreadable, key=lambda r: r.submission)
+

@@ -1,0 +1,395 @@
+"""The grader's side of the sandboxes: bubblewrap workers, and one session per submission.
+
+A :class:`Worker` is one ``bwrap`` sandbox running :mod:`.worker` (its own pid, network, ipc, uts
+and mount namespaces, a read-only view of the Python environment and of the course package, a
+private size-limited ``/tmp``; as root, an unprivileged user id of its own). It imports torch once
+and then grades submissions one after another, forking a fresh child for each and killing and
+wiping everything the child left before the next one starts (see :mod:`.worker`).
+
+A :class:`Session` is one submission in a worker: it has a child execute the notebook, looks names
+up, and calls the student's functions on the grader's inputs, each call with a deadline. A child
+that dies, hangs or sends garbage is killed and, while the submission's budget lasts, replaced by
+a fresh one that executes the notebook again, so one crashing answer costs only the tests that
+triggered it.
+
+Failures are told apart: :class:`SandboxError` is the student's code failing (it raised, crashed,
+ran out of time or memory); :class:`InfrastructureError` is the sandbox failing for a reason the
+student's code did not cause (bubblewrap could not start, the worker did not answer before any
+student code ran). The grader retries the latter once and then marks the row ``status=error``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from . import protocol
+from .view import MOUNT, View, bwrap_arguments
+
+#: uids handed to sandboxes when the grader runs as root (a random one per worker)
+UID_RANGE = (2_000_000_000, 2_100_000_000)
+
+_BOOT = ("import sys; sys.path.insert(0, {mount!r}); from attngrade.worker import worker_main; "
+         "worker_main(int(sys.argv[1]))")
+
+
+class SandboxError(Exception):
+    """The student's code failed: it raised, crashed its process, or ran out of time.
+
+    The message reads as the end of a sentence about the call ("raised TypeError: ...", "did not
+    return in time ..."); :func:`attngrade.checks.call` puts the call in front of it.
+    """
+
+    student_error = True
+
+
+class InfrastructureError(RuntimeError):
+    """The sandbox failed for a reason the student's code did not cause."""
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot create namespaces on this machine."""
+
+
+def running_as_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def find_bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
+INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install "
+                "bubblewrap), or pass --unsafe-no-sandbox to grade without isolation in a trusted setting")
+
+
+class Worker:
+    """One sandbox process; not thread-safe (one grading thread owns one worker)."""
+
+    def __init__(self, view: View, *, hide: list[str], forbidden: list[str], sandbox: bool = True,
+                 startup_timeout: float = 180.0, tmp_mb: int = 64):
+        self.view = view
+        self.hide = hide
+        self.forbidden = forbidden
+        self.sandbox = sandbox
+        self.startup_timeout = startup_timeout
+        self.tmp_mb = tmp_mb
+        self.proc: subprocess.Popen | None = None
+        self.ctrl: socket.socket | None = None
+        self.uid: int | None = None
+        self.jobs = 0
+
+    # -- life cycle -----------------------------------------------------------------------
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and self.ctrl is not None
+
+    def start(self) -> None:
+        """Start the sandbox and wait until the worker has imported torch; InfrastructureError if not."""
+        self.close()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        fd = theirs.fileno()
+        as_root = running_as_root()
+        python = sys.executable
+        command = [python, "-s", "-B", "-c", _BOOT.format(mount=MOUNT if self.sandbox else str(self.view.root / "lib")),
+                   str(fd)]
+        if self.sandbox:
+            bwrap = find_bwrap()
+            if bwrap is None:
+                raise SandboxUnavailable("bubblewrap (bwrap) is not installed: " + INSTALL_HINT)
+            command = [bwrap, *bwrap_arguments(self.view, hide=self.hide, as_root=as_root, tmp_mb=self.tmp_mb),
+                       *command]
+        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "OMP_NUM_THREADS": "1",
+               "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+        for key in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # this machine's OpenBLAS needs them
+            if key in os.environ:
+                env[key] = os.environ[key]
+        try:
+            self.proc = subprocess.Popen(command, pass_fds=[fd], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                                         start_new_session=True)
+        except OSError as exc:
+            theirs.close()
+            ours.close()
+            raise InfrastructureError(f"could not start the sandbox: {exc}") from None
+        theirs.close()
+        self.ctrl = ours
+        self.uid = secrets.randbelow(UID_RANGE[1] - UID_RANGE[0]) + UID_RANGE[0] if as_root and self.sandbox else None
+        hello = {"forbidden": self.forbidden, "drop_uid": self.uid, "sandboxed": self.sandbox}
+        try:
+            ours.settimeout(self.startup_timeout)
+            ours.send(json.dumps(hello).encode())
+            ready = json.loads(ours.recv(1 << 12) or b"null")
+            if not (isinstance(ready, dict) and ready.get("ready")):
+                raise OSError("no ready message")
+        except (OSError, ValueError) as exc:
+            err = self._stderr()
+            self.close()
+            if self.sandbox and ("bwrap" in err or "namespace" in err.lower()):
+                raise SandboxUnavailable(f"bubblewrap could not start a sandbox: {err.strip()[-1500:]}") from None
+            raise InfrastructureError(f"the sandbox did not start ({exc}): {err.strip()[-1500:]}") from None
+        ours.settimeout(None)
+
+    def _stderr(self) -> str:
+        if self.proc is None:
+            return ""
+        try:
+            self.proc.kill()
+            return (self.proc.communicate(timeout=5)[1] or b"").decode(errors="replace")
+        except Exception:
+            return ""
+
+    def close(self) -> None:
+        if self.ctrl is not None:
+            try:
+                self.ctrl.close()
+            except OSError:
+                pass
+            self.ctrl = None
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                self.proc.kill()
+                self.proc.communicate(timeout=10)
+            except Exception:
+                pass
+            self.proc = None
+
+    # -- jobs -------------------------------------------------------------------------------
+    def _recv(self, timeout: float) -> dict[str, Any]:
+        assert self.ctrl is not None
+        self.ctrl.settimeout(max(timeout, 0.001))
+        try:
+            data = self.ctrl.recv(1 << 12)
+        finally:
+            if self.ctrl is not None:
+                self.ctrl.settimeout(None)
+        if not data:
+            raise EOFError("the sandbox's worker is gone")
+        msg = json.loads(data)
+        if not isinstance(msg, dict):
+            raise ValueError("bad message")
+        return msg
+
+    def spawn(self, job: dict[str, Any]) -> socket.socket:
+        """Fork a child for one submission; the socket to talk to it. InfrastructureError if the
+        worker does not answer (no student code has run in this worker since it was cleaned)."""
+        if not self.alive():
+            self.start()
+        self.jobs += 1
+        ident = self.jobs
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            socket.send_fds(self.ctrl, [json.dumps({**job, "job": ident}).encode()], [theirs.fileno()])
+            theirs.close()
+            deadline = time.monotonic() + 30
+            while True:
+                msg = self._recv(deadline - time.monotonic())
+                if msg.get("started") == ident:
+                    break
+        except (OSError, ValueError, EOFError) as exc:
+            theirs.close()
+            ours.close()
+            self.close()
+            raise InfrastructureError(f"the sandbox did not start a process for the notebook ({exc})") from None
+        return _JobSocket(ours, ident)
+
+    def finish(self, sock: socket.socket, *, kill: bool) -> bool:
+        """End a child (killing it if ``kill``) and wait until the worker has cleaned up after it.
+        False (and the worker is closed) if the worker does not come back."""
+        ident = getattr(sock, "job", None)
+        try:
+            sock.close()
+        except OSError:
+            pass
+        if not self.alive():
+            self.close()
+            return False
+        try:
+            if kill:
+                self.ctrl.send(json.dumps({"op": "kill"}).encode())
+            deadline = time.monotonic() + 15
+            while True:
+                msg = self._recv(deadline - time.monotonic())
+                if "done" in msg and msg["done"] == ident:
+                    return True
+        except (OSError, ValueError, EOFError):
+            self.close()
+            return False
+
+
+class _JobSocket(socket.socket):
+    """The socket to one child, remembering which job it belongs to."""
+
+    def __init__(self, sock: socket.socket, job: int):
+        super().__init__(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        self.job = job
+
+
+class Session:
+    """One submission's session in a worker (see the module docstring)."""
+
+    def __init__(self, worker: Worker, cells: list[str], *, limits: dict[str, Any], max_restarts: int = 4):
+        self.worker = worker
+        self.cells = cells
+        self.limits = limits
+        self.max_restarts = max_restarts
+        self.deadline = time.monotonic() + float(limits["submission_timeout"])
+        self.sock: socket.socket | None = None
+        self.starts = 0
+        self.execution_errors: list[dict[str, Any]] = []
+        self.broken: str | None = None  # why the notebook cannot run; then every request fails
+        self.events: list[str] = []
+        self.worker_lost = False  # the whole sandbox died while this student's code ran
+        self._kinds: dict[str, str] = {}
+        self._values: dict[str, Any] = {}
+
+    def _left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def _job(self) -> dict[str, Any]:
+        lim = self.limits
+        return {
+            "cell_timeout": float(lim["cell_timeout"]),
+            "call_timeout": float(lim["call_timeout"]),
+            "limits": {
+                "memory_bytes": int(lim["memory_mb"]) * 2**20,
+                "cpu_seconds": int(lim["cpu_seconds"]),
+                "file_bytes": int(lim["file_mb"]) * 2**20,
+                "nproc": int(lim.get("nproc", 16)),
+            },
+        }
+
+    def start(self) -> bool:
+        """Start a child and execute the notebook; False if it could not (see ``broken``).
+        InfrastructureError when the sandbox itself fails before the student's code runs."""
+        if self.broken is not None:
+            return False
+        if self.starts > self.max_restarts:
+            self.broken = "its process was restarted too often; the remaining tests fail"
+            self.events.append(self.broken)
+            return False
+        if self._left() <= 0:
+            self.broken = "the submission's time budget is spent; the remaining tests fail"
+            self.events.append(self.broken)
+            return False
+        self.starts += 1
+        self.sock = self.worker.spawn(self._job())
+        try:
+            protocol.send_value(self.sock, {"op": "run", "cells": self.cells})
+            budget = min(self._left(), float(self.limits["exec_timeout"]))
+            reply = protocol.recv_value(self.sock, deadline=time.monotonic() + budget, as_torch=False)
+            if not (isinstance(reply, dict) and reply.get("op") == "executed"):
+                raise protocol.ProtocolError("unexpected reply")
+            errors = reply.get("errors", [])
+            self.execution_errors = [
+                {"cell": int(e.get("cell", -1)), "error": str(e.get("error", ""))[:2000]}
+                for e in errors[:50] if isinstance(e, dict)
+            ] if isinstance(errors, list) else []
+            return True
+        except TimeoutError:
+            self.broken = "running the notebook took longer than its time limit (an endless loop?)"
+        except EOFError:
+            self.broken = "the notebook's process ended while running it (os._exit, a crash, or the memory limit)"
+        except (protocol.ProtocolError, OSError, ValueError, TypeError) as exc:
+            self.broken = f"the notebook's process sent back something the grader cannot read ({exc})"
+        self.events.append(self.broken)
+        self._end(kill=True)
+        return False
+
+    def _end(self, *, kill: bool) -> None:
+        if self.sock is not None:
+            sock, self.sock = self.sock, None
+            if not self.worker.finish(sock, kill=kill):
+                self.worker_lost = True
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:
+                protocol.send_value(self.sock, {"op": "bye"})
+            except OSError:
+                pass
+        self._end(kill=False)
+
+    # -- requests ---------------------------------------------------------------------------
+    def _request(self, message: dict[str, Any], timeout: float) -> Any:
+        if self.sock is None and not self.start():
+            raise SandboxError(f"could not be run: {self.broken}")
+        deadline = time.monotonic() + max(0.0, min(timeout, self._left()))
+        try:
+            protocol.send_value(self.sock, message)
+            return protocol.recv_value(self.sock, deadline=deadline)
+        except TimeoutError:
+            reason = "did not return in time (an endless loop, or far too slow)"
+        except EOFError:
+            reason = "ended its process (sys.exit/os._exit, a crash, or the memory limit)"
+        except protocol.ProtocolError as exc:
+            reason = f"sent back something the grader cannot read ({exc})"
+        except OSError as exc:
+            reason = f"broke the connection to the grader ({exc})"
+        self.events.append(f"{message.get('op')} {message.get('name')}: {reason}")
+        self._end(kill=True)
+        raise SandboxError(reason)
+
+    def lookup(self, name: str) -> tuple[str, Any]:
+        """('callable', None), ('value', value) or ('missing', None) for a notebook name."""
+        if name not in self._kinds:
+            reply = self._request({"op": "lookup", "name": name},
+                                  float(self.limits["call_timeout"]) + float(self.limits["call_grace"]))
+            kind = reply.get("kind") if isinstance(reply, dict) else None
+            if kind not in ("callable", "value", "missing"):
+                raise SandboxError("the sandbox answered a lookup with nonsense")
+            self._kinds[name] = kind
+            if kind == "value":
+                self._values[name] = reply.get("value")
+        return self._kinds[name], self._values.get(name)
+
+    def call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """The student's ``name(*args, **kwargs)``, computed in the sandbox, returned as data."""
+        reply = self._request({"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs)},
+                              float(self.limits["call_timeout"]) + float(self.limits["call_grace"]))
+        if not isinstance(reply, dict) or "ok" not in reply:
+            raise SandboxError("the sandbox answered a call with nonsense")
+        if reply.get("forbidden"):
+            refs = ", ".join(str(r) for r in list(reply["forbidden"])[:5])
+            raise ForbiddenCall(refs)
+        if not reply["ok"]:
+            raise SandboxError("raised " + str(reply.get("error", "an error"))[:2000])
+        return reply.get("value")
+
+    def proxy(self, name: str) -> "StudentFunction":
+        return StudentFunction(self, name)
+
+
+class ForbiddenCall(SandboxError):
+    """The student's function ran a reference implementation the homework asks them to write."""
+
+    def __init__(self, refs: str):
+        super().__init__(f"ran {refs}, the reference implementation this homework asks you to write "
+                         f"(decided from what your function executed); this test scores 0")
+        self.refs = refs
+
+
+class StudentFunction:
+    """Stands for a student's function in the grader: calling it runs the function in the sandbox."""
+
+    def __init__(self, session: Session, name: str):
+        self._session = session
+        self.__name__ = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._session.call(self.__name__, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<student function {self.__name__}>"

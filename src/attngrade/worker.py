@@ -1,0 +1,495 @@
+"""What runs inside a bubblewrap sandbox: one worker, one forked child per submission.
+
+The grader (:mod:`.sandbox`) starts ``bwrap ... python -m attngrade.worker CTRL_FD``. The worker
+imports torch and the course package once (the package as the sandbox sees it: the homework's
+reference implementations are stubs there, see :mod:`.view`), drops to an unprivileged user when
+it started as root, and then serves jobs on its control socket, strictly one at a time:
+
+1. a job arrives with one end of a fresh socket pair (SCM_RIGHTS) and the sandbox limits;
+2. the worker forks a child, which closes the control socket, applies the limits, receives the
+   notebook's code cells on its own socket, executes them and answers the grader's ``lookup`` and
+   ``call`` requests (:func:`serve`) until the grader says goodbye;
+3. the worker waits for the child, kills every other process left in the sandbox's pid namespace,
+   empties the writable folders and the System V IPC objects, and answers ``done``.
+
+The worker never reads a notebook, a test or an answer, so nothing in its memory (which every
+child inherits) belongs to another student. The child never sees a test or a reference answer:
+the grader compares the data it sends back in its own process.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import sys
+import time
+import types
+from typing import Any
+
+from . import protocol
+
+#: folders the sandbox may write to (tmpfs mounts, emptied after every submission)
+WRITABLE = ("/tmp", "/dev/shm")
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_DUMPABLE = 4
+
+
+class CellTimeout(BaseException):
+    """Raised inside the student's code when a cell or a call runs past its soft time limit."""
+
+
+# -- the worker ------------------------------------------------------------------------------
+
+def preload(forbidden_ops: list[str]) -> Any:
+    """Import and warm up what a homework uses, once, before any fork; return the guard."""
+    import numpy  # noqa: F401
+    import torch
+
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+
+    import attnbook
+
+    x = torch.randn(4, 3, 8, generator=torch.Generator().manual_seed(0))
+    (x.double() @ x.double().transpose(-2, -1)).softmax(-1)
+    torch.nn.functional.linear(x, torch.ones(8, 8))
+    for name in getattr(attnbook, "__all__", []):
+        getattr(attnbook, name, None)
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager  # noqa: F401
+    except Exception:  # IPython is optional: magics are then stripped by hand
+        pass
+    return make_guard(forbidden_ops)
+
+
+def make_guard(forbidden: list[str]) -> Any:
+    """The run-time integrity guard (:mod:`.integrity`) for this homework, or None."""
+    try:
+        from .integrity import Guard
+    except ImportError:
+        return None
+    return Guard(forbidden)
+
+
+def drop_privileges(uid: int) -> None:
+    """Become ``uid`` (the grader started the sandbox as root), with no capabilities left."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise RuntimeError("could not drop privileges")
+
+
+def _prctl(option: int, value: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
+#: whether this worker runs in a sandbox of its own (False only with --unsafe-no-sandbox)
+SANDBOXED = True
+
+
+def _other_pids() -> list[int]:
+    me = os.getpid()
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+
+
+def clean_up(child: int | None = None) -> None:
+    """Kill whatever a submission left running, and empty the folders it could write to.
+
+    Outside a sandbox (``--unsafe-no-sandbox``) only the child's own session and folder."""
+    if not SANDBOXED:
+        if child is not None:
+            try:
+                os.killpg(child, signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(_workdir(), ignore_errors=True)
+        return
+    for _ in range(200):
+        pids = _other_pids()
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in pids:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except OSError:
+                pass
+        time.sleep(0.002)
+    for folder in WRITABLE:
+        try:
+            entries = os.listdir(folder)
+        except OSError:
+            continue
+        for entry in entries:
+            path = os.path.join(folder, entry)
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+            except OSError:
+                pass
+    _remove_ipc()
+
+
+def _remove_ipc() -> None:
+    """Remove System V shared memory, semaphores and message queues (the sandbox's own)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for table, rm in (("shm", libc.shmctl), ("sem", libc.semctl), ("msg", libc.msgctl)):
+        try:
+            with open(f"/proc/sysvipc/{table}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 1 and fields[1].lstrip("-").isdigit():
+                ident = int(fields[1])
+                if table == "sem":
+                    rm(ident, 0, 0)  # IPC_RMID = 0
+                else:
+                    rm(ident, 0, None)
+
+
+def worker_main(fd: int) -> None:
+    ctrl = socket.socket(fileno=fd)
+    hello = json.loads(ctrl.recv(1 << 16) or b"{}")
+    global SANDBOXED
+    SANDBOXED = bool(hello.get("sandboxed", True))
+    guard = preload(list(hello.get("forbidden", [])))
+    uid = hello.get("drop_uid")
+    if os.getuid() == 0 and type(uid) is int and uid > 0:
+        drop_privileges(uid)
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+    _prctl(_PR_SET_DUMPABLE, 0)  # a child may not read or trace the worker's memory
+    ctrl.sendall(json.dumps({"ready": True, "uid": os.getuid(), "pid": os.getpid()}).encode())
+    while True:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(ctrl, 1 << 16, 1)
+        except OSError:
+            break
+        if not data:
+            break
+        try:
+            job = json.loads(data)
+        except ValueError:
+            job = None
+        if not isinstance(job, dict) or job.get("op") == "kill":
+            for f in fds:
+                os.close(f)
+            clean_up()
+            ctrl.sendall(json.dumps({"done": None}).encode())
+            continue
+        if not fds:
+            break
+        pid = os.fork()
+        if pid == 0:
+            try:
+                ctrl.close()
+                child_main(socket.socket(fileno=fds[0]), job, guard)
+            finally:
+                os._exit(1)
+        os.close(fds[0])
+        ctrl.sendall(json.dumps({"started": job.get("job"), "pid": pid}).encode())
+        # wait for the child, or for the grader to ask that it be killed (a call that hangs)
+        while True:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            ctrl.settimeout(0.02)
+            try:
+                msg = ctrl.recv(1 << 10)
+            except socket.timeout:
+                continue
+            except OSError:
+                msg = b""
+            finally:
+                ctrl.settimeout(None)
+            if not msg:  # the grader is gone
+                os.kill(pid, signal.SIGKILL)
+                clean_up(pid)
+                os._exit(0)
+            os.kill(pid, signal.SIGKILL)  # any message while a child runs means: stop it
+        clean_up(pid)
+        ctrl.sendall(json.dumps({"done": job.get("job")}).encode())
+    clean_up()
+    os._exit(0)
+
+
+# -- the child: one submission ---------------------------------------------------------------
+
+def _workdir() -> str:
+    """The child's working folder: in the sandbox's private /tmp, or (unsandboxed) one per worker."""
+    if SANDBOXED:
+        return "/tmp/work"
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"attngrade-unsafe-{os.getppid() if os.getpid() != _WORKER_PID else os.getpid()}")
+
+
+_WORKER_PID = os.getpid()
+
+def apply_limits(limits: dict[str, Any]) -> None:
+    """Resource limits of the child (inherited by anything it starts)."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    mem = int(limits.get("memory_bytes", 0))
+    if mem > 0:
+        # the address space torch already maps, plus the student's allowance
+        cap = _vm_size() + mem
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    cpu = int(limits.get("cpu_seconds", 0))
+    if cpu > 0:
+        used = int(sum(os.times()[:2]))
+        resource.setrlimit(resource.RLIMIT_CPU, (used + cpu, used + cpu + 2))
+    fsize = int(limits.get("file_bytes", 0))
+    if fsize > 0:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    nproc = int(limits.get("nproc", 0))
+    if nproc > 0:
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+
+def _vm_size() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class _StubGrader:
+    """Stands in for ``otter.Notebook`` while grading: checks and exports do nothing here."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+class _Shell:
+    """Stands in for IPython's ``get_ipython()``: the timing and capture magics run their code,
+    the other magics and shell commands do nothing (a graded notebook needs neither)."""
+
+    RUN_BODY = {"time", "timeit", "capture", "prun", "debug"}
+
+    def __init__(self, namespace: dict[str, Any]):
+        self.namespace = namespace
+        self.user_ns = namespace
+
+    def run_cell_magic(self, name: str, line: str, cell: str) -> None:
+        if name in self.RUN_BODY:
+            exec(compile(to_python(cell), "<cell magic>", "exec"), self.namespace)
+
+    def run_line_magic(self, name: str, line: str, *args: Any) -> Any:
+        if name == "time" and line.strip():
+            code = to_python(line)
+            try:
+                return eval(compile(code, "<line magic>", "eval"), self.namespace)
+            except SyntaxError:
+                exec(compile(code, "<line magic>", "exec"), self.namespace)
+        return None
+
+    def system(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def getoutput(self, *args: Any, **kwargs: Any) -> list[str]:
+        return []
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+def to_python(source: str) -> str:
+    """A cell's IPython syntax (magics, ``!cmd``, ``obj?``) as plain Python, as IPython does it."""
+    source = source.replace("\r\n", "\n").replace("\r", "\n")
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except Exception:
+        return strip_magics(source)
+    try:
+        return TransformerManager().transform_cell(source)
+    except Exception:
+        return strip_magics(source)
+
+
+def strip_magics(source: str) -> str:
+    """Without IPython: a ``%%cell magic`` runs its body for timing magics; other magic and shell
+    lines become ``pass``."""
+    lines = source.splitlines()
+    if lines and lines[0].lstrip().startswith("%%"):
+        name = lines[0].lstrip()[2:].split(maxsplit=1)[0] if lines[0].strip() != "%%" else ""
+        return "\n".join(lines[1:]) if name in _Shell.RUN_BODY else ""
+    out = []
+    for line in lines:
+        stripped = line.lstrip()
+        if stripped.startswith(("%", "!")):
+            indent = line[: len(line) - len(stripped)]
+            out.append(indent + "pass")
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+def install_stubs(namespace: dict[str, Any]) -> None:
+    """Make otter's and IPython's calls harmless in the sandbox."""
+    otter = types.ModuleType("otter")
+    otter.Notebook = _StubGrader  # type: ignore[attr-defined]
+    sys.modules["otter"] = otter
+    shell = _Shell(namespace)
+    namespace["get_ipython"] = lambda: shell
+    namespace["display"] = lambda *args, **kwargs: None
+    try:
+        import matplotlib.pyplot as plt
+
+        plt.show = lambda *args, **kwargs: None  # figures are not graded
+    except Exception:  # pragma: no cover - matplotlib is a dependency
+        pass
+
+
+def _on_alarm(signum, frame):
+    raise CellTimeout("time limit reached")
+
+
+def _arm(seconds: float) -> None:
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.0))
+
+
+def describe(exc: BaseException) -> str:
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except BaseException:  # a student's exception whose __str__ fails
+        text = type(exc).__name__
+    return text[:2000]
+
+
+def execute_cells(cells: list[str], namespace: dict[str, Any], cell_timeout: float) -> list[dict[str, Any]]:
+    """Run each cell in ``namespace``; a failing cell is recorded and the next one runs."""
+    errors = []
+    for index, source in enumerate(cells):
+        try:
+            _arm(cell_timeout)
+            code = compile(to_python(source), f"<cell {index}>", "exec")
+            exec(code, namespace)
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt and timeouts included
+            errors.append({"cell": index, "error": describe(exc)})
+        finally:
+            _arm(0)
+    return errors
+
+
+def _call(func: Any, args: list, kwargs: dict, guard: Any, call_timeout: float) -> dict[str, Any]:
+    if guard is not None:
+        guard.reset()
+    try:
+        _arm(call_timeout)
+        if guard is not None:
+            with guard.watch():
+                value = func(*args, **kwargs)
+        else:
+            value = func(*args, **kwargs)
+        _arm(0)
+    except BaseException as exc:
+        _arm(0)
+        if guard is not None and guard.hits:
+            return {"ok": False, "forbidden": list(guard.hits), "error": describe(exc)}
+        return {"ok": False, "error": describe(exc)}
+    if guard is not None and guard.hits:
+        return {"ok": False, "forbidden": list(guard.hits), "error": "ran a reference implementation"}
+    return {"ok": True, "value": value}
+
+
+def serve(sock: socket.socket, namespace: dict[str, Any], call_timeout: float, guard: Any) -> None:
+    """Answer lookup and call requests until the grader says goodbye or closes the socket."""
+    while True:
+        try:
+            request = protocol.recv_value(sock, as_torch=True)
+        except (EOFError, OSError, protocol.ProtocolError):
+            return
+        op = request.get("op") if isinstance(request, dict) else None
+        if op == "bye":
+            return
+        if op == "lookup":
+            name = str(request.get("name"))
+            if name not in namespace:
+                reply: dict[str, Any] = {"kind": "missing"}
+            elif callable(namespace[name]):
+                reply = {"kind": "callable"}
+            else:
+                reply = {"kind": "value", "value": namespace[name]}
+        elif op == "call":
+            func = namespace.get(str(request.get("name")))
+            reply = _call(func, list(request.get("args", [])), dict(request.get("kwargs", {})), guard, call_timeout)
+        else:
+            reply = {"ok": False, "error": f"unknown request {op!r}"}
+        try:
+            body = protocol.encode(reply)
+        except BaseException as exc:  # e.g. a result nested too deep, or a hostile __len__
+            body = protocol.encode({"ok": False, "error": f"could not send the result back: {describe(exc)}"})
+        try:
+            protocol.send_frame(sock, body)
+        except OSError:
+            return
+
+
+def child_main(sock: socket.socket, job: dict[str, Any], guard: Any) -> None:
+    """The life of one submission's process. Never returns normally: it ends the process."""
+    code = 0
+    try:
+        os.setsid()
+        workdir = _workdir()
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
+        os.chdir(workdir)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        out = os.open(os.path.join(workdir, ".output"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.environ.update({"HOME": workdir, "TMPDIR": workdir, "MPLCONFIGDIR": workdir, "MPLBACKEND": "Agg"})
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write fails instead of killing
+        signal.signal(signal.SIGALRM, _on_alarm)
+        apply_limits(job.get("limits", {}))
+
+        request = protocol.recv_value(sock, as_torch=False)
+        cells = [str(c) for c in request["cells"]]
+        namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+        install_stubs(namespace)
+        errors = execute_cells(cells, namespace, float(job.get("cell_timeout", 10.0)))
+        protocol.send_value(sock, {"op": "executed", "errors": errors})
+        serve(sock, namespace, float(job.get("call_timeout", 10.0)), guard)
+    except BaseException:
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except BaseException:
+            pass
+        os._exit(code)
+
+
+if __name__ == "__main__":
+    worker_main(int(sys.argv[1]))
