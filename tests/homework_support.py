@@ -1,21 +1,18 @@
 """Shared helpers for the homework and grader tests (not a test module).
 
-Building the homework (``otter assign``) and starting a grading zygote each cost seconds, so
-both happen once per test session, whichever test module asks first.
+Building the homework (``otter assign``) costs seconds, so it happens once per test session,
+whichever test module asks first.
 """
 
 from __future__ import annotations
 
-import atexit
 import threading
 
-from attnbook.grading.assign import build
-from attnbook.grading.homework import Homework, all_homework
-from attnbook.grading.sandboxes import Zygote
+from attngrade.assign import build
+from attngrade.homework import Homework, all_homework
 
 _lock = threading.Lock()
 _built: list[Homework] | None = None
-_zygote: Zygote | None = None
 
 
 def built_homework() -> list[Homework]:
@@ -41,13 +38,3 @@ def homework(name: str) -> Homework:
         if hw.name == name:
             return hw
     raise KeyError(name)
-
-
-def shared_zygote() -> Zygote:
-    """One zygote for all graders in the session (closed at exit)."""
-    global _zygote
-    with _lock:
-        if _zygote is None:
-            _zygote = Zygote()
-            atexit.register(_zygote.close)
-        return _zygote

@@ -1,11 +1,15 @@
-"""``attnbook-grade`` / ``python -m attnbook.grading``: grade a folder of submitted notebooks.
+"""``attnbook-grade`` / ``python -m attngrade``: grade a folder of submitted notebooks.
 
 Example::
 
     attnbook-grade hw01 submissions/hw01/ --out grades/hw01
 
-writes ``grades/hw01/gradebook.csv`` (submission, one column per question, total, possible) and
-``grades/hw01/feedback/<submission>.md``, grading on all cores (``--jobs``).
+writes ``grades/hw01/gradebook.csv`` (submission, one column per question, total, possible, status,
+error), ``grades/hw01/feedback/<submission>.md``, ``summary.md`` and ``histogram.png``, grading
+on all cores (``--jobs``), each submission in a bubblewrap sandbox. ``--only alice bob`` re-grades
+some students and merges them into the existing gradebook. Exit status: 0 when every row was
+graded, 1 when a row has ``status=error`` (the grader failed, not the student), 2 for bad
+arguments or a missing sandbox.
 """
 
 from __future__ import annotations
@@ -21,12 +25,15 @@ from .homework import DEFAULT_LIMITS, load_homework
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="attnbook-grade",
-        description="Grade a folder of submitted notebooks for one homework, each in its own sandbox.",
+        description="Grade a folder of submitted notebooks for one homework, each in its own bubblewrap sandbox.",
     )
     p.add_argument("homework", help="homework name (hw01), its folder, or its master notebook")
-    p.add_argument("submissions", help="folder of submitted notebooks (.ipynb, or the .zip of grader.export()), one per student")
+    p.add_argument("submissions", help="folder of submissions: NAME.ipynb or NAME.zip (grader.export()), "
+                                       "or one folder NAME/ per student; NAME is the student")
     p.add_argument("-o", "--out", default=None, help="output folder (default: grades/<homework>)")
     p.add_argument("-j", "--jobs", type=int, default=None, help="parallel sandboxes (default: all cores)")
+    p.add_argument("--only", nargs="+", metavar="NAME", default=None,
+                   help="re-grade only these students and merge them into the existing gradebook")
     p.add_argument("--timeout", type=float, default=None,
                    help=f"seconds for everything about one submission (default {DEFAULT_LIMITS['submission_timeout']:g})")
     p.add_argument("--call-timeout", type=float, default=None,
@@ -34,21 +41,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-mb", type=int, default=None,
                    help=f"memory a submission may allocate, MiB (default {DEFAULT_LIMITS['memory_mb']})")
     p.add_argument("--no-build", action="store_true", help="fail instead of building a stale homework")
-    p.add_argument("--no-uid-isolation", action="store_true",
-                   help="when running as root, do not give each sandbox its own user id")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--unsafe-no-sandbox", action="store_true",
+                   help="grade WITHOUT isolation (no bubblewrap): only for notebooks you trust")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .grader import Grader, find_submissions
+    from .notebook import submission_name
     from .report import write_reports
+    from .sandbox import SandboxUnavailable
 
     try:
         hw = load_homework(args.homework)
         paths = find_submissions(args.submissions)
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         print(f"attnbook-grade: {exc}", file=sys.stderr)
+        return 2
+    if args.only:
+        wanted = set(args.only)
+        paths = [p for p in paths if submission_name(p) in wanted]
+        missing = wanted - {submission_name(p) for p in paths}
+        if missing:
+            print(f"attnbook-grade: no submission named {sorted(missing)} in {args.submissions}", file=sys.stderr)
+            return 2
+    if not paths:
+        print(f"attnbook-grade: no .ipynb or .zip submissions in {args.submissions}", file=sys.stderr)
         return 2
     if not hw.is_built():
         if args.no_build:
@@ -61,9 +81,6 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             print("\n".join(problems), file=sys.stderr)
             return 1
-    if not paths:
-        print(f"no .ipynb or .zip files in {args.submissions}", file=sys.stderr)
-        return 2
     limits = {}
     if args.timeout is not None:
         limits["submission_timeout"] = args.timeout
@@ -71,18 +88,33 @@ def main(argv: list[str] | None = None) -> int:
         limits["call_timeout"] = args.call_timeout
     if args.memory_mb is not None:
         limits["memory_mb"] = args.memory_mb
-    start = time.perf_counter()
-    with Grader(hw, jobs=args.jobs, limits=limits,
-                isolate_uid=False if args.no_uid_isolation else None) as grader:
-        results = grader.grade_paths(paths)
-        questions = [q.name for q in grader.questions]
-        for warning in grader.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
     out = Path(args.out) if args.out else Path("grades") / hw.name
-    book, feedback = write_reports(results, questions, out, hw.name)
+    if args.unsafe_no_sandbox:
+        print("warning: grading WITHOUT a sandbox (--unsafe-no-sandbox): submissions can read, change "
+              "and delete your files", file=sys.stderr)
+    start = time.perf_counter()
+    try:
+        with Grader(hw, jobs=args.jobs, limits=limits, sandbox=not args.unsafe_no_sandbox,
+                    hide=[args.submissions, str(out)]) as grader:
+            results = grader.grade_paths(paths, progress=not args.no_progress)
+            questions = [q.name for q in grader.questions]
+            hidden = {q.name: [c.name for c in q.cases if c.hidden] for q in grader.questions}
+    except SandboxUnavailable as exc:
+        print(f"attnbook-grade: {exc}", file=sys.stderr)
+        return 2
+    paths_written = write_reports(results, questions, out, hw.name, merge=bool(args.only), hidden=hidden)
     took = time.perf_counter() - start
+    errors = [r for r in results if r.status == "error"]
     print(f"graded {len(results)} submissions of {hw.name} in {took:.1f} s "
-          f"({took / max(len(results), 1):.2f} s each); gradebook: {book}; feedback: {out / 'feedback'}")
+          f"({took / max(len(results), 1):.2f} s each); gradebook: {paths_written.gradebook}; "
+          f"feedback: {out / 'feedback'}; summary: {paths_written.summary}")
+    print(paths_written.summary_text)
+    if errors:
+        print(f"attnbook-grade: the grader failed on {len(errors)} submission(s) (status=error in the gradebook; "
+              f"not the students' fault): " + ", ".join(r.submission for r in errors[:10]), file=sys.stderr)
+        for r in errors[:3]:
+            print(f"  {r.submission}: {r.error.splitlines()[0] if r.error else ''}", file=sys.stderr)
+        return 1
     return 0
 
 

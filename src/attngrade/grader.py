@@ -69,10 +69,6 @@ class SubmissionResult:
     error: str = ""
     worker_lost: bool = False
 
-    def __post_init__(self) -> None:
-        if self.status == "ok" and self.review:
-            self.status = "review"
-
     @property
     def final_status(self) -> str:
         if self.status == "error":

@@ -1,7 +1,16 @@
-"""Writing grades out: a CSV gradebook and one feedback file per submission.
+"""Writing grades out: the CSV gradebook, one feedback file per submission, and the class summary.
 
-Files are written to a temporary name and renamed into place, so a submission that planted a
-symbolic link at an output path while it ran gets its link replaced, not followed.
+* ``gradebook.csv``: submission, one column per question, total, possible, status (``ok``,
+  ``review``, ``error``), error (why the grader failed on that row);
+* ``feedback/<submission>.md``: per question the score and each test's verdict; failing hidden
+  tests say what went wrong but never show the test's source;
+* ``summary.md`` and ``histogram.png``: per-question averages, how often each hidden test failed,
+  the score distribution.
+
+With ``merge`` (the CLI's ``--only``) the rows graded now replace those of the same students in the
+existing gradebook and the other rows stay; without it the gradebook and the feedback folder are
+replaced whole (no stale feedback files remain). Files are written to a temporary name and renamed
+into place, so a link planted at an output path is replaced, not followed.
 """
 
 from __future__ import annotations
@@ -9,19 +18,32 @@ from __future__ import annotations
 import csv
 import io
 import os
-import re
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from .grader import SubmissionResult
+from .notebook import unique_filenames
+
+FIXED_COLUMNS = ("total", "possible", "status", "error")
 
 
-def _atomic_write(path: Path, text: str) -> None:
+@dataclass
+class Written:
+    gradebook: Path
+    feedback: list[Path]
+    summary: Path
+    histogram: Path | None
+    summary_text: str
+
+
+def _atomic_write(path: Path, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
     os.replace(tmp, path)
 
 
@@ -29,27 +51,57 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
-def gradebook_csv(results: Sequence[SubmissionResult], questions: Sequence[str]) -> str:
-    """CSV text: submission, one column per question, total, possible."""
+def _cell_name(name: str) -> str:
+    # a leading =, +, - or @ would make a spreadsheet evaluate the name as a formula
+    return ("'" + name) if name[:1] in ("=", "+", "-", "@", "\t", "\r") else name
+
+
+def _row(r: SubmissionResult, questions: Sequence[str]) -> dict[str, str]:
+    scores = {q.name: q.score for q in r.questions}
+    row = {"submission": r.submission}
+    row.update({q: _num(scores.get(q, 0.0)) for q in questions})
+    error = r.error.splitlines()[0][:300] if r.error else ""
+    row.update({"total": _num(r.total), "possible": _num(r.possible), "status": r.final_status, "error": error})
+    return row
+
+
+def gradebook_csv(rows: Sequence[dict[str, str]], questions: Sequence[str]) -> str:
+    """CSV text: submission, one column per question, total, possible, status, error."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["submission", *questions, "total", "possible"])
-    for r in results:
-        scores = {q.name: q.score for q in r.questions}
-        # a leading =, +, - or @ would make a spreadsheet evaluate the name as a formula
-        name = ("'" + r.submission) if r.submission[:1] in ("=", "+", "-", "@") else r.submission
-        w.writerow([name, *(_num(scores.get(q, 0.0)) for q in questions), _num(r.total), _num(r.possible)])
+    w.writerow(["submission", *questions, *FIXED_COLUMNS])
+    for row in sorted(rows, key=lambda r: r["submission"]):
+        w.writerow([_cell_name(row["submission"]), *(row.get(q, "0") for q in questions),
+                    *(row.get(c, "") for c in FIXED_COLUMNS)])
     return buf.getvalue()
+
+
+def read_gradebook(path: Path) -> list[dict[str, str]]:
+    """The rows of an existing gradebook (submission names unescaped)."""
+    if not path.exists():
+        return []
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        name = row.get("submission", "")
+        if name[:2] in ("'=", "'+", "'-", "'@", "'\t", "'\r"):
+            row["submission"] = name[1:]
+    return rows
+
+
+HIDDEN_NOTE = ("Hidden tests (other shapes, dtypes and edge cases) ran at grading; their names and what "
+               "they found are shown, their code is not.")
 
 
 def feedback_text(r: SubmissionResult, homework: str) -> str:
     """The feedback a student receives: per question the score and each test's verdict."""
     lines = [f"# {homework}: feedback for {r.submission}", "",
              f"Total: {_num(r.total)} / {_num(r.possible)}", ""]
+    if r.status == "error":
+        lines += ["**The grader failed on this submission; this is not your score.** Your instructor has "
+                  "been told and will grade it again.", ""]
     for q in r.questions:
         lines.append(f"## {q.name}: {_num(q.score)} / {_num(q.possible)}")
-        for reason in q.integrity:
-            lines.append(f"- integrity: {reason}")
         for c in q.cases:
             mark = "passed" if c.passed else "FAILED"
             kind = "hidden" if c.hidden else "public"
@@ -57,6 +109,8 @@ def feedback_text(r: SubmissionResult, homework: str) -> str:
             if not c.passed:
                 lines.extend("    " + line for line in c.message.splitlines())
         lines.append("")
+    if any(c.hidden for q in r.questions for c in q.cases):
+        lines += [HIDDEN_NOTE, ""]
     if r.execution_errors:
         lines.append("## Cells that raised an error when the grader ran your notebook")
         for e in r.execution_errors:
@@ -66,43 +120,121 @@ def feedback_text(r: SubmissionResult, homework: str) -> str:
         lines.append("## Notes")
         lines.extend(f"- {n}" for n in r.notes)
         lines.append("")
+    if r.review:
+        lines.append("## Flagged for your instructor to look at (this did not change your score)")
+        lines.extend(f"- {n}" for n in r.review[:10])
+        lines.append("")
     return "\n".join(lines)
 
 
 def failure_summary(r: SubmissionResult) -> list[str]:
-    """What cost a submission points, one line each: failed tests, integrity findings, notes and
-    cells that raised (for instructors' error messages and the tests)."""
+    """What cost a submission points, one line each: failed tests, notes and cells that raised (for
+    instructors' error messages and the tests)."""
     lines = []
     for q in r.questions:
         for c in q.cases:
             if not c.passed:
                 lines.append(f"  {q.name} {c.name}: {c.message.splitlines()[0] if c.message else ''}")
-        lines.extend(f"  {q.name} integrity: {reason}" for reason in q.integrity)
     lines.extend(f"  note: {n}" for n in r.notes)
+    lines.extend(f"  review: {n}" for n in r.review)
     lines.extend(f"  cell {e['cell']}: {e['error']}" for e in r.execution_errors)
+    if r.error:
+        lines.append(f"  error: {r.error}")
     return lines
 
 
-def safe_filename(name: str) -> str:
-    """A file name made only of safe characters, from a submission name."""
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "submission"
-    return cleaned[:120]
+def summary_text(rows: Sequence[dict[str, str]], questions: Sequence[str], results: Sequence[SubmissionResult],
+                 homework: str, *, merged: bool = False) -> str:
+    """The class summary: counts by status, per-question averages, hidden-test failures."""
+    graded = [r for r in rows if r.get("status") != "error"]
+    lines = [f"# {homework}: class summary", "",
+             f"{len(rows)} submissions: " + ", ".join(f"{n} {s}" for s, n in
+                                                      sorted(Counter(r.get('status', 'ok') for r in rows).items())), ""]
+    if graded:
+        lines += ["| question | average | possible |", "|---|---|---|"]
+        possible = {}
+        for r in results:
+            for q in r.questions:
+                possible[q.name] = q.possible
+        for q in questions:
+            vals = [float(r.get(q) or 0) for r in graded]
+            lines.append(f"| {q} | {sum(vals) / len(vals):.2f} | {_num(possible.get(q, 0))} |")
+        totals = [float(r.get("total") or 0) for r in graded]
+        lines += ["", f"Average total: {sum(totals) / len(totals):.2f} of "
+                      f"{graded[0].get('possible', '?')} (status=error rows left out)", ""]
+    failures = Counter()
+    for r in results:
+        if r.status == "error":
+            continue
+        for q in r.questions:
+            for c in q.cases:
+                if c.hidden and not c.passed:
+                    failures[f"{q.name} {c.name}"] += 1
+    scope = "the submissions graded in this run" if merged else "all submissions"
+    lines += [f"Hidden tests failed ({scope}):", ""]
+    if failures:
+        lines += [f"- {name}: {n} of {sum(1 for r in results if r.status != 'error')}"
+                  for name, n in failures.most_common()]
+    else:
+        lines.append("- none")
+    return "\n".join(lines) + "\n"
+
+
+def histogram_png(rows: Sequence[dict[str, str]], homework: str) -> bytes | None:
+    """A PNG histogram of the totals (status=error rows left out), or None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    totals = [float(r.get("total") or 0) for r in rows if r.get("status") != "error"]
+    possible = max([float(r.get("possible") or 0) for r in rows] + [1.0])
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    bins = min(int(possible) + 1, 25)
+    ax.hist(totals, bins=bins, range=(0, possible), color="#4C72B0", edgecolor="white")
+    ax.set_xlabel(f"total score (of {possible:g})")
+    ax.set_ylabel("submissions")
+    ax.set_title(f"{homework}: {len(totals)} graded submissions")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def write_reports(results: Sequence[SubmissionResult], questions: Sequence[str], out: str | os.PathLike[str],
-                  homework: str) -> tuple[Path, list[Path]]:
-    """Write ``out/gradebook.csv`` and ``out/feedback/<submission>.md``; return their paths."""
+                  homework: str, *, merge: bool = False, hidden: dict | None = None) -> Written:
+    """Write the gradebook, the feedback files and the summary into ``out`` (see the module doc)."""
     out = Path(out)
     book = out / "gradebook.csv"
-    _atomic_write(book, gradebook_csv(results, questions))
+    new_rows = {r.submission: _row(r, questions) for r in results}
+    rows = dict(new_rows)
+    if merge:
+        for row in read_gradebook(book):
+            rows.setdefault(row["submission"], row)
+    _atomic_write(book, gradebook_csv(list(rows.values()), questions))
+    names = sorted(rows)
+    files = dict(zip(names, unique_filenames(names)))
+    feedback_dir = out / "feedback"
+    if not merge and feedback_dir.is_dir():
+        keep = {f"{files[r.submission]}.md" for r in results}
+        for old in feedback_dir.glob("*.md"):
+            if old.name not in keep and old.is_file():
+                old.unlink()
     paths = []
-    used: set[str] = set()
     for r in results:
-        stem = safe_filename(r.submission)
-        while stem in used:
-            stem += "_"
-        used.add(stem)
-        p = out / "feedback" / f"{stem}.md"
+        p = feedback_dir / f"{files[r.submission]}.md"
         _atomic_write(p, feedback_text(r, homework))
         paths.append(p)
-    return book, paths
+    text = summary_text(list(rows.values()), questions, results, homework, merged=merge)
+    summary = out / "summary.md"
+    png = histogram_png(list(rows.values()), homework)
+    histogram = None
+    if png is not None:
+        histogram = out / "histogram.png"
+        _atomic_write(histogram, png)
+        text += "\n![score histogram](histogram.png)\n"
+    _atomic_write(summary, text)
+    return Written(book, paths, summary, histogram, text)
