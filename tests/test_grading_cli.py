@@ -1,4 +1,4 @@
-"""The class grader's commands: ``python -m attnbook.grading``, ``attnbook-grade`` and the benchmark."""
+"""The class grader's commands: ``python -m attngrade``, ``attnbook-grade`` and the benchmark."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from attnbook.grading.submissions import stub_submission, submission_with, write_notebook
+from attngrade.submissions import stub_submission, submission_with, write_notebook
 
 from .homework_support import homework
 
@@ -24,13 +24,17 @@ def test_grade_a_folder_writes_gradebook_and_feedback(tmp_path):
     write_notebook(submission_with(hw, {"scores_row": WRONG_SCORES_ROW}), subs / "bob.ipynb")
     write_notebook(stub_submission(hw), subs / "carol.ipynb")
     out = tmp_path / "grades"
-    proc = subprocess.run([sys.executable, "-m", "attnbook.grading", "hw00", str(subs), "--out", str(out), "--no-build"],
+    proc = subprocess.run([sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(out), "--no-build"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "graded 3 submissions" in proc.stdout
     with open(out / "gradebook.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == ["submission", "q1", "q2", "q3", "q4", "q5", "total", "possible"]
+    assert list(rows[0]) == ["submission", "q1", "q2", "q3", "q4", "q5", "total", "possible", "status", "error"]
+    assert {r["status"] for r in rows} == {"ok"}
+    summary = (out / "summary.md").read_text()
+    assert "| q2 |" in summary and "Hidden tests failed" in summary
+    assert (out / "histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     by_name = {r["submission"]: r for r in rows}
     assert by_name["alice"]["total"] == by_name["alice"]["possible"] == "20"
     assert by_name["carol"]["total"] == "0"
@@ -48,14 +52,14 @@ def test_console_script_is_installed_and_explains_itself():
 
 
 def test_unknown_homework_is_a_clear_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "attnbook.grading", "hw99", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "attngrade", "hw99", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "no homework 'hw99'" in proc.stderr
 
 
 def test_benchmark_reports_both_graders():
     homework("hw01")  # built
-    proc = subprocess.run([sys.executable, "-m", "attnbook.grading.bench", "hw01", "-n", "4", "--otter-n", "1"],
+    proc = subprocess.run([sys.executable, "-m", "attngrade.bench", "hw01", "-n", "4", "--otter-n", "1"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "class grader, 4 submissions" in proc.stdout and "full marks: 4/4" in proc.stdout
@@ -79,7 +83,7 @@ def test_zips_exported_by_students_are_graded_and_bad_zips_score_zero(tmp_path):
         z.write(wrong, "copy/hw00.ipynb")
     (subs / "frank.zip").write_bytes(b"PK\x03\x04 this is not a zip")
     out = tmp_path / "grades"
-    proc = subprocess.run([sys.executable, "-m", "attnbook.grading", "hw00", str(subs), "--out", str(out), "--no-build"],
+    proc = subprocess.run([sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(out), "--no-build"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     with open(out / "gradebook.csv", newline="") as f:
@@ -87,7 +91,7 @@ def test_zips_exported_by_students_are_graded_and_bad_zips_score_zero(tmp_path):
     assert sorted(by_name) == ["dana", "erin", "frank"]
     assert by_name["dana"]["total"] == by_name["dana"]["possible"] == "20"
     assert by_name["erin"]["total"] == "0" and by_name["frank"]["total"] == "0"
-    assert "exactly one .ipynb" in (out / "feedback" / "erin.md").read_text()
+    assert "must hold exactly one notebook" in (out / "feedback" / "erin.md").read_text()
     assert "not a valid zip" in (out / "feedback" / "frank.md").read_text()
 
 
@@ -96,6 +100,83 @@ def test_a_student_with_both_a_notebook_and_a_zip_is_a_clear_error(tmp_path):
     write_notebook(stub_submission(hw), tmp_path / "gina.ipynb")
     with zipfile.ZipFile(tmp_path / "gina.zip", "w") as z:
         z.write(tmp_path / "gina.ipynb", "hw00.ipynb")
-    proc = subprocess.run([sys.executable, "-m", "attnbook.grading", "hw00", str(tmp_path), "--no-build"],
+    proc = subprocess.run([sys.executable, "-m", "attngrade", "hw00", str(tmp_path), "--no-build"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "gina" in proc.stderr and ".zip" in proc.stderr
+
+
+def test_only_regrades_some_students_and_merges(tmp_path):
+    hw = homework("hw00")
+    subs = tmp_path / "submitted"
+    subs.mkdir()
+    write_notebook(submission_with(hw, {}), subs / "alice.ipynb")
+    write_notebook(stub_submission(hw), subs / "carol.ipynb")
+    out = tmp_path / "grades"
+    base = [sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(out), "--no-build", "--no-progress"]
+    assert subprocess.run(base, capture_output=True, text=True, timeout=300).returncode == 0
+    (out / "feedback" / "stale.md").write_text("left from an older run")
+    # carol hands in a corrected notebook; only she is graded again
+    write_notebook(submission_with(hw, {}), subs / "carol.ipynb")
+    proc = subprocess.run(base + ["--only", "carol"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "graded 1 submissions" in proc.stdout
+    with open(out / "gradebook.csv", newline="") as f:
+        rows = {r["submission"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"alice", "carol"}
+    assert rows["alice"]["total"] == rows["carol"]["total"] == "20"
+    # a full run replaces the feedback folder: no stale files
+    assert subprocess.run(base, capture_output=True, text=True, timeout=300).returncode == 0
+    assert sorted(p.name for p in (out / "feedback").iterdir()) == ["alice.md", "carol.md"]
+    unknown = subprocess.run(base + ["--only", "dave"], capture_output=True, text=True, timeout=60)
+    assert unknown.returncode == 2 and "dave" in unknown.stderr
+
+
+def test_refuses_to_grade_without_bubblewrap(tmp_path):
+    hw = homework("hw00")
+    subs = tmp_path / "submitted"
+    subs.mkdir()
+    write_notebook(submission_with(hw, {}), subs / "alice.ipynb")
+    env = {"PATH": str(tmp_path / "nothing-here"), "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(tmp_path / "g"),
+                           "--no-build"], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2
+    assert "bubblewrap" in proc.stderr and "--unsafe-no-sandbox" in proc.stderr
+    assert not (tmp_path / "g" / "gradebook.csv").exists()
+
+
+def test_a_sandbox_that_fails_twice_is_status_error_and_exit_1(tmp_path, monkeypatch, capsys):
+    from attngrade import cli, sandbox
+
+    hw = homework("hw00")
+    subs = tmp_path / "submitted"
+    subs.mkdir()
+    write_notebook(submission_with(hw, {}), subs / "alice.ipynb")
+    calls = []
+    real_spawn = sandbox.Worker.spawn
+
+    def broken_spawn(self, job):
+        calls.append(1)
+        raise sandbox.InfrastructureError("simulated: the worker did not answer")
+
+    monkeypatch.setattr(sandbox.Worker, "spawn", broken_spawn)
+    code = cli.main([hw.name, str(subs), "--out", str(tmp_path / "g"), "--no-build", "--no-progress"])
+    assert code == 1
+    assert len(calls) == 2, "retried once"
+    with open(tmp_path / "g" / "gradebook.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["status"] == "error" and "simulated" in row["error"]
+    assert "not the students' fault" in capsys.readouterr().err
+    # the same failure once, then a working sandbox: the retry grades it fully
+    state = {"n": 0}
+
+    def flaky_spawn(self, job):
+        state["n"] += 1
+        if state["n"] == 1:
+            raise sandbox.InfrastructureError("simulated once")
+        return real_spawn(self, job)
+
+    monkeypatch.setattr(sandbox.Worker, "spawn", flaky_spawn)
+    assert cli.main([hw.name, str(subs), "--out", str(tmp_path / "h"), "--no-build", "--no-progress"]) == 0
+    with open(tmp_path / "h" / "gradebook.csv", newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["status"] == "ok" and row["total"] == row["possible"]

@@ -13,12 +13,12 @@ import functools
 
 import pytest
 
-from attnbook.grading.grader import Grader
-from attnbook.grading.homework import all_homework
-from attnbook.grading.report import failure_summary
-from attnbook.grading.submissions import code_cells, load_mutants, stub_submission, submission_with
+from attngrade.grader import Grader
+from attngrade.homework import all_homework
+from attngrade.report import failure_summary
+from attngrade.submissions import code_cells, load_mutants, stub_submission, submission_with
 
-from .homework_support import homework, shared_zygote
+from .homework_support import homework
 
 HOMEWORK = [hw.name for hw in all_homework()]
 MUTANTS = [(hw.name, name) for hw in all_homework() for name in load_mutants(hw)]
@@ -31,7 +31,7 @@ def graded(name: str) -> dict:
     mutants = load_mutants(hw)
     subs = [("<correct>", code_cells(submission_with(hw, {}))), ("<stub>", code_cells(stub_submission(hw)))]
     subs += [(k, code_cells(submission_with(hw, functions))) for k, (_, functions) in mutants.items()]
-    with Grader(hw, zygote=shared_zygote()) as grader:
+    with Grader(hw) as grader:
         results = grader.grade_sources(subs)
     return {r.submission: r for r in results}
 

@@ -1,13 +1,17 @@
-"""Homework and grading for the course (the ``exercises/`` folder).
+"""The course's homework and class grader (the ``exercises/`` folder), apart from the formulas.
 
-* :mod:`.checks`: assertions with readable messages, used by the homework tests;
-* :mod:`.homework`: a homework's folder, configuration and tests;
-* :mod:`.assign`: builds every student version and autograder (``make assignments``);
-* :mod:`.grader`, :mod:`.sandboxes`, :mod:`.sandbox`, :mod:`.zygote`, :mod:`.protocol`,
-  :mod:`.static`: the class grader, which runs each submission in its own sandbox process and
-  computes every verdict in its own process;
-* :mod:`.report`: the gradebook and feedback files; :mod:`.cli`: ``attnbook-grade``;
-* :mod:`.bench`: the benchmark against otter's own ``grade_submission``.
+Modules by role:
 
-Nothing here is imported by ``import attnbook``; the submodules import what they need.
+* :mod:`.checks`: comparison helpers the homework tests use (imported by the student's notebook
+  for ``grader.check``; needs only torch); :mod:`.integrity`: the run-time guard that tells whether
+  an answer ran a reference implementation;
+* :mod:`.homework`: a homework's folder, configuration and tests; :mod:`.assign`: builds every
+  student version and autograder (``make assignments``); :mod:`.release`: the student-facing course;
+* the class grader: :mod:`.notebook` (reading submissions), :mod:`.static` (flags for review),
+  :mod:`.view` (what a sandbox sees), :mod:`.sandbox` (bubblewrap workers, one session per
+  submission), :mod:`.worker` (what runs inside), :mod:`.protocol` (the wire format: plain data),
+  :mod:`.grader` (orchestration), :mod:`.report` (gradebook, feedback, summary), :mod:`.cli`
+  (``attnbook-grade``), :mod:`.bench` (against otter's ``grade_submission``).
+
+Importing the package imports nothing heavy; the submodules import what they need.
 """

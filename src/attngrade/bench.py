@@ -1,9 +1,9 @@
 """Benchmark: seconds per submission, the class grader against otter's own ``grade_submission``.
 
-    python -m attnbook.grading.bench hw01 -n 100 --otter-n 5
+    python -m attngrade.bench hw01 -n 100 --otter-n 5
 
 grades ``n`` copies of the homework's solutions with the class grader (on ``--jobs`` cores,
-default all; the time includes starting the zygote), then ``--otter-n`` copies one by one through
+default all; the time includes starting the sandboxes), then ``--otter-n`` copies one by one through
 ``otter.api.grade_submission`` with the homework's Gradescope zip (otter starts a Jupyter kernel
 per submission). Both must give full marks; it prints the seconds per submission of each.
 """
@@ -53,7 +53,7 @@ def bench_otter(hw, paths) -> tuple[float, list[float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnbook.grading.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m attngrade.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("homework", nargs="?", default="hw01")
     parser.add_argument("-n", type=int, default=100, help="copies graded by the class grader")
     parser.add_argument("--otter-n", type=int, default=3, help="copies graded by otter's grade_submission (0: skip)")
