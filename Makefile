@@ -8,7 +8,14 @@ TORCH ?= torch==2.13.0
 # Jupyter refuses to start as root unless told it may
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: setup book test lab clean assignments bench publish
+.PHONY: system setup book test lab clean assignments bench publish release
+
+# Debian/Ubuntu packages: bubblewrap (the grader's sandboxes) and chromium (the browser test).
+# Installed with apt-get as root, or through sudo; skipped when both are already there.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+system:  ## install the system packages the course needs (bubblewrap, chromium)
+	@if command -v bwrap >/dev/null && command -v chromium >/dev/null; then echo "bubblewrap and chromium are installed"; \
+	else $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq bubblewrap chromium >/dev/null; fi
 
 setup: $(VENV)/.installed
 
@@ -27,10 +34,13 @@ test: setup  ## the package tests and every chapter through nbval
 	$(BIN)/python -m pytest
 
 assignments: setup  ## build every homework's student version and autograder (fails if a solution fails its tests)
-	$(BIN)/python -m attnbook.grading.assign
+	$(BIN)/python -m attngrade.assign
 
 bench: setup  ## time attnbook against PyTorch's kernels on this machine's device (BENCH_ARGS=--quick for a smoke run)
 	$(BIN)/python -m attnbook.bench $(BENCH_ARGS)
+
+release: book  ## the student-facing course in dist/course: site, package wheel/sdist, student notebooks, public source; no masters, hidden tests or mutants (RELEASE_ARGS=--out DIR)
+	$(BIN)/python -m attngrade.release $(RELEASE_ARGS)
 
 publish: book  ## push the built site to the gh-pages branch of the repository (GitHub Pages; Colab buttons open its notebooks)
 	$(BIN)/ghp-import --no-jekyll --push --force _build/html

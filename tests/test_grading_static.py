@@ -1,4 +1,4 @@
-"""The grader's static pass: which answers name a forbidden reference or use dynamic code."""
+"""The grader's static reading (flags for review, never scores): which answers name a forbidden reference or use dynamic code."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import attnbook  # noqa: F401  (the analyser resolves names among loaded modules
 import attnbook.formal  # noqa: F401
 import pytest
 
-from attnbook.grading.static import analyze
+from attngrade.static import analyze
 
 FORBIDDEN = ["attnbook.softmax", "attnbook.formal.single_query_attention",
              "torch.nn.functional.scaled_dot_product_attention"]

@@ -88,3 +88,33 @@ def test_mutation_scores(capsys):
     with capsys.disabled():
         print("\n" + "\n".join(lines))
     assert not missed, missed
+
+
+def _hidden_source_lines(hw) -> list[str]:
+    """Distinctive lines of the hidden tests' source (what no feedback may show)."""
+    lines = []
+    for question in hw.questions():
+        for case in question.cases:
+            if case.hidden:
+                import inspect
+
+                try:
+                    body = inspect.getsource(case.func)
+                except (OSError, TypeError):
+                    body = question.source
+                lines += [ln.strip() for ln in body.splitlines() if len(ln.strip()) >= 30]
+    return lines
+
+
+@pytest.mark.parametrize("name", HOMEWORK)
+def test_feedback_never_shows_hidden_test_source(name):
+    """Every graded mutant's feedback (failures with messages of every kind) is free of the hidden
+    tests' code."""
+    from attngrade.report import feedback_text
+
+    secret = _hidden_source_lines(homework(name))
+    assert secret, "the hidden tests have source lines to look for"
+    for result in graded(name).values():
+        text = feedback_text(result, name)
+        leaked = [line for line in secret if line in text]
+        assert not leaked, f"{result.submission}'s feedback shows hidden test code: {leaked[:3]}"

@@ -357,6 +357,10 @@ class Session:
 
     def call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> Any:
         """The student's ``name(*args, **kwargs)``, computed in the sandbox, returned as data."""
+        return self.call_returning_inputs(name, args, kwargs)[0]
+
+    def call_returning_inputs(self, name: str, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, list, dict]:
+        """Like :meth:`call`, with the arguments as the student's function left them."""
         reply = self._request({"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs)},
                               float(self.limits["call_timeout"]) + float(self.limits["call_grace"]))
         if not isinstance(reply, dict) or "ok" not in reply:
@@ -366,7 +370,13 @@ class Session:
             raise ForbiddenCall(refs)
         if not reply["ok"]:
             raise SandboxError("raised " + str(reply.get("error", "an error"))[:2000])
-        return reply.get("value")
+        args_after = reply.get("args")
+        kwargs_after = reply.get("kwargs")
+        if not isinstance(args_after, list) or len(args_after) != len(args):
+            args_after = list(args)
+        if not isinstance(kwargs_after, dict) or set(kwargs_after) != set(kwargs):
+            kwargs_after = dict(kwargs)
+        return reply.get("value"), args_after, kwargs_after
 
     def proxy(self, name: str) -> "StudentFunction":
         return StudentFunction(self, name)
@@ -390,6 +400,10 @@ class StudentFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._session.call(self.__name__, args, kwargs)
+
+    def call_returning_inputs(self, args: Any, kwargs: dict[str, Any]) -> tuple[Any, list, dict]:
+        """The call, and its arguments as they are after it (see :func:`attngrade.checks._invoke`)."""
+        return self._session.call_returning_inputs(self.__name__, tuple(args), dict(kwargs))
 
     def __repr__(self) -> str:
         return f"<student function {self.__name__}>"

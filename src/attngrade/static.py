@@ -1,8 +1,9 @@
-"""Reading a submission's code without running it: which answers lean on a forbidden reference.
+"""Reading a submission's code without running it: what an instructor may want to look at.
 
-The sandbox already makes the forbidden references fail when called (see
-:func:`attngrade.sandbox.poison_references`); this static pass is the second lock. It parses
-every code cell with :mod:`ast` (parsing runs nothing) and reports, per question:
+Whether an answer used a reference implementation is decided by what runs (the references are
+absent from the sandbox, and :mod:`.integrity` watches what executes): this static reading never
+changes a score. Its findings put the row in ``status=review`` and are listed in the feedback. It
+parses every code cell with :mod:`ast` (parsing runs nothing) and reports, per question:
 
 * a **forbidden reference**: the answer's function, or a function or class it uses, names one of
   the homework's forbidden references (``attnbook.softmax``, ``F.scaled_dot_product_attention``,
@@ -31,8 +32,7 @@ DYNAMIC_NAMES = {
 }
 #: modules whose import alone marks dynamic code
 DYNAMIC_MODULES = {
-    "importlib", "imp", "runpy", "inspect", "ctypes", "gc", "marshal", "pickle", "dill", "cloudpickle",
-    "code", "codeop", "types", "builtins", "zipimport", "pkgutil", "sysconfig", "site",
+    "importlib", "imp", "runpy", "ctypes", "gc", "marshal", "pickle", "dill", "cloudpickle", "zipimport",
 }
 #: attributes that reach interpreter internals
 DYNAMIC_ATTRIBUTES = {
@@ -85,7 +85,7 @@ def _dotted(node: ast.AST) -> str | None:
 
 def resolve_loaded(dotted: str) -> Any:
     """The object named ``a.b.c`` among modules already imported (no new imports; ``None`` if not
-    found). Used by the grader here and by the sandbox to find the functions it poisons."""
+    found)."""
     parts = dotted.split(".")
     # shortest module prefix first: ``attnbook.softmax`` is the function (the package attribute)
     # even though a submodule of that name exists too

@@ -69,7 +69,12 @@ def preload(forbidden_ops: list[str]) -> Any:
         from IPython.core.inputtransformer2 import TransformerManager  # noqa: F401
     except Exception:  # IPython is optional: magics are then stripped by hand
         pass
-    return make_guard(forbidden_ops)
+    guard = make_guard(forbidden_ops)
+    if guard is not None:  # the first watched call imports much of torch (~5 s): once, before any fork
+        with guard.watch():
+            x.softmax(-1)
+        guard.reset()
+    return guard
 
 
 def make_guard(forbidden: list[str]) -> Any:
@@ -417,7 +422,8 @@ def _call(func: Any, args: list, kwargs: dict, guard: Any, call_timeout: float) 
         return {"ok": False, "error": describe(exc)}
     if guard is not None and guard.hits:
         return {"ok": False, "forbidden": list(guard.hits), "error": "ran a reference implementation"}
-    return {"ok": True, "value": value}
+    # the arguments go back too, so that the grader sees an input the answer modified in place
+    return {"ok": True, "value": value, "args": args, "kwargs": kwargs}
 
 
 def serve(sock: socket.socket, namespace: dict[str, Any], call_timeout: float, guard: Any) -> None:
