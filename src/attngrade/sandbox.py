@@ -252,6 +252,7 @@ class Session:
         self.broken: str | None = None  # why the notebook cannot run; then every request fails
         self.events: list[str] = []
         self.worker_lost = False  # the whole sandbox died while this student's code ran
+        self.tampered: list[str] = []  # the integrity guard was switched off during a call
         self._kinds: dict[str, str] = {}
         self._values: dict[str, Any] = {}
 
@@ -365,6 +366,10 @@ class Session:
                               float(self.limits["call_timeout"]) + float(self.limits["call_grace"]))
         if not isinstance(reply, dict) or "ok" not in reply:
             raise SandboxError("the sandbox answered a call with nonsense")
+        tampered = reply.get("tampered")
+        if isinstance(tampered, list):
+            for t in tampered[:3]:
+                self.tampered.append(f"`{name}`: {str(t)[:200]}")
         if reply.get("forbidden"):
             refs = ", ".join(str(r) for r in list(reply["forbidden"])[:5])
             raise ForbiddenCall(refs)

@@ -69,12 +69,53 @@ def preload(forbidden_ops: list[str]) -> Any:
         from IPython.core.inputtransformer2 import TransformerManager  # noqa: F401
     except Exception:  # IPython is optional: magics are then stripped by hand
         pass
+    refuse_kernels(forbidden_ops)
     guard = make_guard(forbidden_ops)
     if guard is not None:  # the first watched call imports much of torch (~5 s): once, before any fork
         with guard.watch():
             x.softmax(-1)
         guard.reset()
     return guard
+
+
+_REFUSING: list[Any] = []  # the torch.library registrations below (kept alive)
+
+
+def refuse_kernels(forbidden: list[str]) -> list[str]:
+    """Replace the kernels of PyTorch's fused attention operators that ``forbidden`` names by
+    kernels that raise, for every route to them (``torch.nn.functional``, ``torch._C._nn``,
+    ``torch.ops.aten``, a fresh copy of a module): these built-ins have no source to leave out of
+    the sandbox's view. Returns the operators refused."""
+    try:
+        import warnings
+
+        import torch
+
+        from .integrity import TORCH_OPS
+    except ImportError:
+        return []
+    ops = sorted({op for name in forbidden for op in TORCH_OPS.get(name, ())})
+    if not ops:
+        return []
+    lib = torch.library.Library("aten", "IMPL")
+    _REFUSING.append(lib)
+    refused = []
+    for op in ops:
+        message = (f"aten::{op} is PyTorch's fused implementation of what this homework asks you to "
+                   f"write; it is not available while grading")
+
+        def refuse(*args: Any, _message: str = message, **kwargs: Any) -> Any:
+            raise NotImplementedError(_message)
+
+        for key in ("CPU", "CUDA", "CompositeImplicitAutograd", "CompositeExplicitAutograd"):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    lib.impl(op, refuse, key)
+                refused.append(op)
+            except Exception:  # an operator this torch does not have, or a key it refuses
+                continue
+    return sorted(set(refused))
 
 
 def make_guard(forbidden: list[str]) -> Any:
@@ -423,7 +464,11 @@ def _call(func: Any, args: list, kwargs: dict, guard: Any, call_timeout: float) 
     if guard is not None and guard.hits:
         return {"ok": False, "forbidden": list(guard.hits), "error": "ran a reference implementation"}
     # the arguments go back too, so that the grader sees an input the answer modified in place
-    return {"ok": True, "value": value, "args": args, "kwargs": kwargs}
+    reply = {"ok": True, "value": value, "args": args, "kwargs": kwargs}
+    tampered = list(getattr(guard, "tampered", []) or [])
+    if tampered:
+        reply["tampered"] = tampered
+    return reply
 
 
 def serve(sock: socket.socket, namespace: dict[str, Any], call_timeout: float, guard: Any) -> None:
