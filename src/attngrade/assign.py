@@ -1,4 +1,4 @@
-"""Build every homework: ``python -m attnbook.grading.assign [hw00 hw01 ...]`` (``make assignments``).
+"""Build every homework: ``python -m attngrade.assign [hw00 hw01 ...]`` (``make assignments``).
 
 For each homework under ``exercises/`` this runs ``otter assign`` on the master notebook, which
 writes ``dist/student/`` (the notebook students get: no solutions, public tests only) and
@@ -11,7 +11,14 @@ solutions do not pass every test. Then it checks, itself, that
 
 It exits non-zero if anything fails. The autograder zip carries a copy of the ``attnbook``
 package (``attnbook_pkg/``), installed from the zip by the requirements in each master's
-configuration, so Gradescope needs nothing else.
+configuration, so Gradescope needs nothing else. The copy also holds the light part of
+``attngrade`` that the tests import (:mod:`attngrade.checks`, :mod:`attngrade.integrity`), and the
+homework's forbidden list (``grading.yml``) as :data:`attngrade.integrity.INTEGRITY_FILE`, both at
+``attnbook_pkg/`` (otter copies it into the submission folder, the working directory while
+grading) and inside the shipped ``attngrade``; the student folder gets the same file beside the
+notebook. So ``grader.check`` in the student's notebook and ``otter run`` / Gradescope on the zip
+fail a test whose call of the student's function ran a forbidden reference, as the class grader
+does.
 """
 
 from __future__ import annotations
@@ -27,8 +34,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .homework import Homework, all_homework, load_homework, parse_test_file
+from .integrity import write_integrity_file
 
 PACKAGE_DIR = "attnbook_pkg"
+#: the modules of attngrade that the homework tests need where they run (the student's notebook,
+#: otter's autograder): nothing but the standard library and torch
+LIGHT_MODULES = ("__init__.py", "checks.py", "integrity.py")
 _PKG_PYPROJECT = """\
 [build-system]
 requires = ["setuptools>=68", "wheel"]
@@ -39,21 +50,32 @@ name = "attnbook"
 version = "{version}"
 description = "The course package, as shipped inside a homework's autograder."
 requires-python = ">=3.10"
-dependencies = ["torch>=2.4", "numpy>=1.24", "pyyaml>=6"]
+dependencies = ["torch>=2.5", "numpy>=1.24", "pyyaml>=6"]
 
 [tool.setuptools.packages.find]
 where = ["src"]
+
+[tool.setuptools.package-data]
+attngrade = ["*.json"]
 """
 
 
 def _package_copy(hw: Homework) -> Path:
-    """Put a minimal installable copy of attnbook beside the master (for the autograder zip)."""
+    """Put a minimal installable copy of attnbook (and attngrade's light modules, and the
+    homework's forbidden list) beside the master, for the autograder zip."""
     import attnbook
 
     src = Path(attnbook.__file__).resolve().parent
     target = hw.folder / PACKAGE_DIR
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(src, target / "src" / "attnbook", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    grade_src = Path(__file__).resolve().parent
+    grade_dst = target / "src" / "attngrade"
+    grade_dst.mkdir(parents=True)
+    for name in LIGHT_MODULES:
+        shutil.copy2(grade_src / name, grade_dst / name)
+    write_integrity_file(grade_dst, hw.name, hw.forbidden, name="_integrity.json")
+    write_integrity_file(target, hw.name, hw.forbidden)
     (target / "pyproject.toml").write_text(_PKG_PYPROJECT.format(version=attnbook.__version__), encoding="utf-8")
     return target
 
@@ -76,6 +98,9 @@ def run_otter_assign(hw: Homework, run_tests: bool = True) -> tuple[bool, str]:
         shutil.rmtree(pkg, ignore_errors=True)
     log = (proc.stdout + proc.stderr).strip()
     ok = proc.returncode == 0 and hw.student_notebook.exists() and hw.autograder_notebook.exists()
+    if ok:  # grader.check in the student's notebook applies the same integrity rule
+        write_integrity_file(hw.student_notebook.parent, hw.name, hw.forbidden)
+        write_integrity_file(hw.autograder_notebook.parent, hw.name, hw.forbidden)
     return ok, log
 
 
@@ -162,7 +187,7 @@ def build(homeworks: list[Homework], jobs: int | None = None, *, verify: bool = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m attnbook.grading.assign",
+    p = argparse.ArgumentParser(prog="python -m attngrade.assign",
                                 description="Build student versions and autograders for the homework.")
     p.add_argument("homework", nargs="*", help="homework names (default: all under exercises/)")
     p.add_argument("-j", "--jobs", type=int, default=None, help="otter assign runs in parallel")
