@@ -145,7 +145,7 @@ def exercises_root() -> Path:
     here = Path.cwd() / "exercises"
     if here.is_dir():
         return here
-    return Path(__file__).resolve().parents[3] / "exercises"
+    return Path(__file__).resolve().parents[2] / "exercises"
 
 
 @dataclass
@@ -193,7 +193,7 @@ class Homework:
         if not self.autograder_notebook.exists():
             raise FileNotFoundError(
                 f"{self.autograder_notebook} does not exist: build the homework first "
-                f"(make assignments, or python -m attnbook.grading.assign {self.name})"
+                f"(make assignments, or python -m attngrade.assign {self.name})"
             )
         nb = json.loads(self.autograder_notebook.read_text(encoding="utf-8"))
         meta = nb.get("metadata", {}).get("otter", {})
