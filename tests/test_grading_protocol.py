@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from attnbook.grading import protocol
+from attngrade import protocol
 
 
 @pytest.mark.parametrize("value", [

@@ -13,9 +13,9 @@ import pytest
 
 import attnbook
 import attnbook.formal  # noqa: F401
-from attnbook.grading import static
-from attnbook.grading.assign import leaks, solution_only_lines
-from attnbook.grading.homework import all_homework, load_homework, parse_test_file
+from attngrade import static
+from attngrade.assign import leaks, solution_only_lines
+from attngrade.homework import all_homework, load_homework, parse_test_file
 
 from .homework_support import homework
 
@@ -105,7 +105,7 @@ def test_gradescope_zip_carries_the_tests_and_the_package(name):
         env = zf.read("environment.yml").decode()
     assert any(n.startswith("tests/q") for n in names)
     assert "files/attnbook_pkg/pyproject.toml" in names
-    assert "files/attnbook_pkg/src/attnbook/grading/checks.py" in names
+    assert "files/attnbook_pkg/src/attngrade/checks.py" in names
     assert "/autograder/source/files/attnbook_pkg" in env and "torch" in env
 
 
@@ -139,7 +139,7 @@ def test_student_notebook_runs_and_checks_read_well(tmp_path):
 
 
 def test_assign_command_fails_when_a_solution_fails_its_tests(tmp_path):
-    """``python -m attnbook.grading.assign`` (make assignments) must refuse a broken master."""
+    """``python -m attngrade.assign`` (make assignments) must refuse a broken master."""
     hw = homework("hw00")
     copy = tmp_path / hw.folder.name
     shutil.copytree(hw.folder, copy, ignore=shutil.ignore_patterns("dist"))
@@ -150,7 +150,7 @@ def test_assign_command_fails_when_a_solution_fails_its_tests(tmp_path):
             cell["source"] = src.replace("return M.transpose(0, 1)  # (n, m) -> (m, n)", "return M  # forgot the transpose")
             assert cell["source"] != src
     (copy / "hw00.ipynb").write_text(json.dumps(nb), encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "attnbook.grading.assign", str(copy)],
+    proc = subprocess.run([sys.executable, "-m", "attngrade.assign", str(copy)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode != 0
     assert "hw00" in proc.stderr and ("otter assign failed" in proc.stderr or "solutions get" in proc.stderr)

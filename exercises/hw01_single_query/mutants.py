@@ -3,6 +3,17 @@
 MUTANTS maps a name to (the question that must lose points, {function name: wrong definition}).
 """
 
+_SOFTMAX = '''
+def softmax_beta(s, beta=1.0):
+    if beta != 1:
+        s = torch.where(s == -math.inf, s, s * beta)
+    shift = s.amax(dim=-1, keepdim=True)
+    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+    e = torch.exp(s - shift)
+    total = e.sum(dim=-1, keepdim=True)
+    return e / torch.where(total > 0, total, torch.ones_like(total))
+'''
+
 MUTANTS = {
     "softmax without the max shift (overflows)": ("q1", {"softmax_beta": '''
 def softmax_beta(s, beta=1.0):
@@ -94,5 +105,62 @@ def retrieve(q, K, V, beta):
     "retrieve with an argmax (hard lookup)": ("q5", {"retrieve": '''
 def retrieve(q, K, V, beta):
     return V[:, torch.argmax(K.T @ q)]
+'''}),
+
+    # wrong solutions the first mutants missed (issue 11): one-line edits of the solution
+    "softmax subtracts the minimum instead of the maximum": ("q1", {"softmax_beta": _SOFTMAX.replace("s.amax(", "s.amin(")}),
+    "softmax shifts the scores in place": ("q1", {"softmax_beta": _SOFTMAX.replace("e = torch.exp(s - shift)", "s -= shift\n    e = torch.exp(s)")}),
+    "softmax in float32 arithmetic": ("q1", {"softmax_beta": _SOFTMAX.replace("e = torch.exp(s - shift)", "e = torch.exp((s - shift).float())").replace(
+        "return e / torch.where(total > 0, total, torch.ones_like(total))", "return (e / torch.where(total > 0, total, torch.ones_like(total))).to(s.dtype)")}),
+    "softmax answers in bfloat16": ("q1", {"softmax_beta": _SOFTMAX.replace(
+        "return e / torch.where(total > 0, total, torch.ones_like(total))", "return (e / torch.where(total > 0, total, torch.ones_like(total))).bfloat16()")}),
+    "query bias forgotten in project": ("q2", {"project": '''
+def project(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
+    return W_q @ x, W_k @ z + b_k[:, None], W_v @ z + b_v[:, None]
+'''}),
+    "key bias unsqueezed in place": ("q2", {"project": '''
+def project(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
+    return W_q @ x + b_q, W_k @ z + b_k.unsqueeze_(1), W_v @ z + b_v[:, None]
+'''}),
+    "single-query attention in float32 arithmetic": ("q3", {"single_query_attention": '''
+def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
+    q, K, V = project(*(t.float() for t in (x, z, W_q, b_q, W_k, b_k, W_v, b_v)))
+    return (V @ softmax_beta(K.T @ q / math.sqrt(q.shape[0]))).to(x.dtype)
+'''}),
+    "single-query attention: softmax subtracts the minimum": ("q3", {"single_query_attention": '''
+def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
+    q, K, V = project(x, z, W_q, b_q, W_k, b_k, W_v, b_v)
+    s = K.T @ q / math.sqrt(q.shape[0])
+    e = torch.exp(s - s.min())
+    return V @ (e / e.sum())
+'''}),
+    "single-query attention answers in bfloat16": ("q3", {"single_query_attention": '''
+def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
+    q, K, V = project(x, z, W_q, b_q, W_k, b_k, W_v, b_v)
+    return (V @ softmax_beta(K.T @ q / math.sqrt(q.shape[0]))).bfloat16()
+'''}),
+    "moments centre the values in place": ("q4", {"attention_moments": '''
+def attention_moments(q, K, V):
+    a = softmax_beta(K @ q / math.sqrt(q.shape[-1]))
+    mean = a @ V
+    V -= mean
+    return mean, a @ V ** 2
+'''}),
+    "moments in float32 arithmetic": ("q4", {"attention_moments": '''
+def attention_moments(q, K, V):
+    a = softmax_beta(K.float() @ q.float() / math.sqrt(q.shape[-1]))
+    mean = a @ V.float()
+    return mean.to(V.dtype), (a @ (V.float() - mean) ** 2).to(V.dtype)
+'''}),
+    "retrieve scales the query in place": ("q5", {"retrieve": '''
+def retrieve(q, K, V, beta):
+    q *= beta
+    return V @ softmax_beta(K.T @ q)
+'''}),
+    "retrieve: softmax subtracts the minimum": ("q5", {"retrieve": '''
+def retrieve(q, K, V, beta):
+    s = beta * (K.T @ q)
+    e = torch.exp(s - s.min())
+    return V @ (e / e.sum())
 '''}),
 }

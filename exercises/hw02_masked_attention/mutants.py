@@ -12,6 +12,19 @@ def masked_attention(Q, K, V, mask=None):
     return weights @ V, weights
 '''
 
+_SOLUTION = '''
+def masked_attention(Q, K, V, mask=None):
+    S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if mask is not None:
+        S = S.masked_fill(~mask, -math.inf)
+    shift = S.amax(dim=-1, keepdim=True)
+    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+    e = torch.exp(S - shift)
+    total = e.sum(dim=-1, keepdim=True)
+    weights = e / torch.where(total > 0, total, torch.ones_like(total))
+    return weights @ V, weights
+'''
+
 MUTANTS = {
     "causal mask off by one (j < i)": ("q1", {"causal_keep_mask": '''
 def causal_keep_mask(n, m):
@@ -63,5 +76,27 @@ def to_additive(keep, dtype):
     "from_additive polarity": ("q4", {"from_additive": '''
 def from_additive(additive):
     return additive == -math.inf
+'''}),
+
+    # wrong solutions the first mutants missed (issue 11): one-line edits of the solution
+    "padding mask unsqueezes lengths in place": ("q2", {"padding_keep_mask": '''
+def padding_keep_mask(lengths, max_len):
+    return torch.arange(max_len)[None, :] < lengths.unsqueeze_(-1)
+'''}),
+    "softmax subtracts the minimum instead of the maximum": ("q3", {"masked_attention": _SOLUTION.replace("S.amax(", "S.amin(")}),
+    "attention scales the queries in place": ("q3", {"masked_attention": _SOLUTION.replace(
+        "S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])", "Q /= math.sqrt(Q.shape[-1])\n    S = Q @ K.transpose(-2, -1)")}),
+    "attention in float32 arithmetic": ("q3", {"masked_attention": _SOLUTION.replace(
+        "S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])", "S = (Q.float() @ K.float().transpose(-2, -1) / math.sqrt(Q.shape[-1])).to(Q.dtype)")}),
+    "attention answers in bfloat16": ("q3", {"masked_attention": _SOLUTION.replace(
+        "return weights @ V, weights", "return (weights @ V).bfloat16(), weights.bfloat16()")}),
+    "attention fills -1e9 in its own softmax": ("q3", {"masked_attention": _SOLUTION.replace("-math.inf)", "-1e9)")}),
+    "from_additive compares in place": ("q4", {"from_additive": '''
+def from_additive(additive):
+    return additive.ne_(-math.inf).bool()
+'''}),
+    "to_additive in float32": ("q4", {"to_additive": '''
+def to_additive(keep, dtype):
+    return torch.where(keep, 0.0, -math.inf).to(torch.float32)
 '''}),
 }

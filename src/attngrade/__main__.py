@@ -1,4 +1,4 @@
-"""``python -m attnbook.grading HOMEWORK SUBMISSIONS``: see :mod:`attnbook.grading.cli`."""
+"""``python -m attngrade HOMEWORK SUBMISSIONS``: see :mod:`attngrade.cli`."""
 
 import sys
 
