@@ -27,7 +27,7 @@ from typing import Any
 
 from . import static
 from .homework import Homework, Question, TestCaseSpec
-from .notebook import SubmissionError, find_submissions, read_submission
+from .notebook import SubmissionError, find_submissions, read_submission, submission_name
 from .sandbox import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Session, Worker, find_bwrap
 from .view import build_view, hidden_paths
 
@@ -295,14 +295,19 @@ class Grader:
         """Grade submitted files. Every file is read into memory before any student code runs; a
         file that cannot be read scores 0 with the reason (that row only)."""
         items, unreadable = [], []
+        reader_notes: dict[str, list[str]] = {}
         for p in paths:
             p = Path(p)
             try:
                 sub = read_submission(p)
                 items.append((sub.name, sub.cells, str(p)))
+                if sub.notes:
+                    reader_notes[sub.name] = list(sub.notes)
             except SubmissionError as exc:
-                unreadable.append(_zero(p.stem, str(p), self.questions,
+                unreadable.append(_zero(submission_name(p), str(p), self.questions,
                                         f"the submission could not be read as a notebook: {exc}"))
         graded = self._grade_items(items, progress=progress)
+        for res in graded:
+            res.notes[:0] = reader_notes.get(res.submission, [])
         return sorted(graded + unreadable, key=lambda r: r.submission)
 
