@@ -1,18 +1,47 @@
 """Shared helpers for the homework and grader tests (not a test module).
 
 Building the homework (``otter assign``) costs seconds, so it happens once per test session,
-whichever test module asks first.
+whichever test module asks first. :func:`homework` builds only the homework it is asked for;
+builds are serialized across processes with a lock file (two ``otter assign`` runs on one
+homework folder would delete each other's files).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
 import threading
+from pathlib import Path
 
 from attngrade.assign import build
 from attngrade.homework import Homework, all_homework
 
 _lock = threading.Lock()
 _built: list[Homework] | None = None
+_one: dict[str, Homework] = {}
+_LOCK_FILE = Path(tempfile.gettempdir()) / "attnbook-homework-build.lock"
+
+
+@contextlib.contextmanager
+def _build_lock():
+    with _lock, open(_LOCK_FILE, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _build(stale: list[Homework]) -> None:
+    problems = build(stale, verify=False, otter_tests=False)
+    if problems:  # another process may have been building the same folder: once more, alone
+        still = [hw for hw in stale if not hw.is_built()]
+        problems = build(still, verify=False, otter_tests=False) if still else []
+    assert not problems, "\n".join(problems)
 
 
 def built_homework() -> list[Homework]:
@@ -22,19 +51,63 @@ def built_homework() -> list[Homework]:
     class grader grades the solutions in tests/test_mutations.py with the same tests.
     """
     global _built
-    with _lock:
+    with _build_lock():
         if _built is None:
             homeworks = all_homework()
             stale = [hw for hw in homeworks if not hw.is_built()]
             if stale:
-                problems = build(stale, verify=False, otter_tests=False)
-                assert not problems, "\n".join(problems)
+                _build(stale)
             _built = homeworks
         return _built
 
 
 def homework(name: str) -> Homework:
-    for hw in built_homework():
-        if hw.name == name:
-            return hw
-    raise KeyError(name)
+    """One homework, built (only it) if its dist/ is missing or stale."""
+    if _built is not None:
+        for hw in _built:
+            if hw.name == name:
+                return hw
+    with _build_lock():
+        if name not in _one:
+            matches = [hw for hw in all_homework() if hw.name == name]
+            if not matches:
+                raise KeyError(name)
+            hw = matches[0]
+            if not hw.is_built():
+                _build([hw])
+            _one[name] = hw
+        return _one[name]
+
+
+# -- bubblewrap and ordinary users ------------------------------------------------------------
+
+def bwrap_available() -> str | None:
+    """The reason bubblewrap cannot make a sandbox here, or None when it can."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed"
+    try:
+        proc = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--proc", "/proc", "--dev", "/dev",
+                               "true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap does not run: {exc}"
+    if proc.returncode != 0:
+        return f"bwrap cannot create namespaces here: {proc.stderr.strip()[-300:]}"
+    return None
+
+
+def user_namespace_available() -> str | None:
+    """The reason an unprivileged user namespace (as uid 1000) cannot be made here, or None."""
+    why = bwrap_available()
+    if why:
+        return why
+    proc = subprocess.run(["bwrap", "--unshare-user", "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL",
+                           "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "id", "-u"],
+                          capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0 or proc.stdout.strip() != "1000":
+        return f"user namespaces are not available: {proc.stderr.strip()[-300:]}"
+    return None
+
+
+def running_as_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0

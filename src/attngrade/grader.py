@@ -154,6 +154,8 @@ def grade_cells(cells: list[str], questions: Sequence[Question], homework: Homew
     result.worker_lost = session.worker_lost
     result.review.extend(f"the run-time integrity guard was switched off: {t}"
                          for t in dict.fromkeys(session.tampered))
+    if result.review:
+        result.status = "review"
     result.notes.extend(dict.fromkeys(session.events))
     return result
 
@@ -190,6 +192,9 @@ class Grader:
         self._view = None
         self._workers: queue.Queue[Worker] = queue.Queue()
         self._all_workers: list[Worker] = []
+        # one pool for the grader's whole life: bubblewrap's --die-with-parent follows the thread
+        # that started a sandbox, so a sandbox started by a thread that ends would end with it
+        self._pool: ThreadPoolExecutor | None = None
 
     def __enter__(self) -> "Grader":
         return self
@@ -200,6 +205,9 @@ class Grader:
     def close(self) -> None:
         for w in self._all_workers:
             w.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self._all_workers = []
         self._workers = queue.Queue()
         if self._root is not None:
@@ -220,9 +228,15 @@ class Grader:
                        tmp_mb=int(self.limits.get("tmp_mb", 64)))
             self._all_workers.append(w)
             self._workers.put(w)
+        self._pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="attngrade")
         # start one worker now: a machine where bubblewrap cannot work fails here, loudly
-        first = self._all_workers[0]
-        first.start()
+        for attempt in range(2):
+            try:
+                self._pool.submit(self._all_workers[0].start).result()
+                break
+            except InfrastructureError as exc:
+                if attempt:
+                    raise SandboxUnavailable(f"the sandbox did not start, twice: {exc}") from None
 
     def _grade_one(self, name: str, cells: list[str], path: str) -> SubmissionResult:
         """Grade one submission; retry once on a fresh sandbox when the sandbox failed."""
@@ -281,12 +295,12 @@ class Grader:
             except ImportError:
                 bar = None
         results: list[SubmissionResult | None] = [None] * len(items)
-        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            futures = {pool.submit(one, item): k for k, item in enumerate(items)}
-            for fut in as_completed(futures):
-                results[futures[fut]] = fut.result()
-                if bar is not None:
-                    bar.update(1)
+        assert self._pool is not None
+        futures = {self._pool.submit(one, item): k for k, item in enumerate(items)}
+        for fut in as_completed(futures):
+            results[futures[fut]] = fut.result()
+            if bar is not None:
+                bar.update(1)
         if bar is not None:
             bar.close()
         return [r for r in results if r is not None]

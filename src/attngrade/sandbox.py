@@ -277,6 +277,10 @@ class Session:
         InfrastructureError when the sandbox itself fails before the student's code runs."""
         if self.broken is not None:
             return False
+        if self.worker_lost:
+            self.broken = "the notebook's code ended its whole sandbox; the remaining tests fail"
+            self.events.append(self.broken)
+            return False
         if self.starts > self.max_restarts:
             self.broken = "its process was restarted too often; the remaining tests fail"
             self.events.append(self.broken)

@@ -127,6 +127,21 @@ def make_guard(forbidden: list[str]) -> Any:
     return Guard(forbidden)
 
 
+#: the user id each child takes when the worker runs as root (None: children keep the worker's)
+CHILD_UID: int | None = None
+#: CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_KILL, CAP_SETGID, CAP_SETUID
+_WORKER_CAPABILITIES = (0, 1, 2, 3, 5, 6, 7)
+_PR_CAPBSET_DROP = 24
+
+
+def _keep_capabilities(keep: tuple[int, ...]) -> None:
+    """Drop every other capability from the bounding set (nothing executed later can gain them)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in range(64):
+        if cap not in keep:
+            libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+
+
 def drop_privileges(uid: int) -> None:
     """Become ``uid`` (the grader started the sandbox as root), with no capabilities left."""
     os.setgroups([])
@@ -222,8 +237,13 @@ def worker_main(fd: int) -> None:
     SANDBOXED = bool(hello.get("sandboxed", True))
     guard = preload(list(hello.get("forbidden", [])))
     uid = hello.get("drop_uid")
+    global CHILD_UID
     if os.getuid() == 0 and type(uid) is int and uid > 0:
-        drop_privileges(uid)
+        # the worker stays root inside the sandbox (so that no child can signal or trace it, and it
+        # can kill and delete whatever a child leaves), with only the capabilities it needs; each
+        # child becomes ``uid``
+        CHILD_UID = uid
+        _keep_capabilities(_WORKER_CAPABILITIES)
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     _prctl(_PR_SET_DUMPABLE, 0)  # a child may not read or trace the worker's memory
     ctrl.sendall(json.dumps({"ready": True, "uid": os.getuid(), "pid": os.getpid()}).encode())
@@ -515,6 +535,9 @@ def child_main(sock: socket.socket, job: dict[str, Any], guard: Any) -> None:
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         out = os.open(os.path.join(workdir, ".output"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        if CHILD_UID is not None:
+            os.chown(workdir, CHILD_UID, CHILD_UID)
+            os.fchown(out, CHILD_UID, CHILD_UID)
         os.dup2(out, 1)
         os.dup2(out, 2)
         os.environ.update({"HOME": workdir, "TMPDIR": workdir, "MPLCONFIGDIR": workdir, "MPLBACKEND": "Agg"})
@@ -523,6 +546,9 @@ def child_main(sock: socket.socket, job: dict[str, Any], guard: Any) -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write fails instead of killing
         signal.signal(signal.SIGALRM, _on_alarm)
         apply_limits(job.get("limits", {}))
+        if CHILD_UID is not None:
+            drop_privileges(CHILD_UID)
+        _prctl(_PR_SET_NO_NEW_PRIVS, 1)
 
         request = protocol.recv_value(sock, as_torch=False)
         cells = [str(c) for c in request["cells"]]
