@@ -704,12 +704,14 @@ def _run_here(cells):
 def test_each_route_reaches_the_reference_where_it_is_reachable(name):
     """The control for the attacks above: run here, with the real ``attnbook``, each route gives
     the right answers, so its 0 in the sandbox is the reference's absence, not the attack's bug."""
-    import importlib
-
     import torch
 
     table = attacks(Path("/nonexistent/class"), Path("/nonexistent/out"))
     honest = _run_here(table["honest"][0])
+    # the routes reload and re-import the course package in this process: put every module back
+    # as it was afterwards, so later tests see the same function objects as before
+    saved = {k: (m, dict(vars(m))) for k, m in sys.modules.items()
+             if m is not None and (k == "attnbook" or k.startswith("attnbook."))}
     try:
         attacked = _run_here(table[name][0])
         for function, (args, kwargs) in _sample_inputs().items():
@@ -721,4 +723,10 @@ def test_each_route_reaches_the_reference_where_it_is_reachable(name):
                 assert isinstance(a, torch.Tensor) and a.shape == b.shape, function
                 assert torch.allclose(a, b, atol=1e-6), function
     finally:
-        importlib.reload(importlib.import_module("attnbook.softmax"))  # undo reloads_the_reference
+        for key in [k for k in sys.modules if k == "attnbook" or k.startswith("attnbook.")]:
+            if key not in saved:
+                del sys.modules[key]
+        for key, (module, namespace) in saved.items():
+            sys.modules[key] = module
+            vars(module).clear()
+            vars(module).update(namespace)

@@ -7,7 +7,7 @@ solutions do not pass every test. Then it checks, itself, that
 
 * the student notebook holds no solution line and no hidden test (:func:`leaks`), and
 * the class grader gives the solutions full marks, with the homework's forbidden references
-  poisoned in the sandbox (so the solutions do not lean on them either).
+  absent from the sandbox (so the solutions do not lean on them either).
 
 It exits non-zero if anything fails. The autograder zip carries a copy of the ``attnbook``
 package (``attnbook_pkg/``), installed from the zip by the requirements in each master's
