@@ -333,7 +333,7 @@ def _precision_diagnosis(got: torch.Tensor, expected: torch.Tensor) -> str | Non
 def _dtype_hint(expected: torch.Tensor, inputs: Sequence[Any]) -> str:
     floats = {a.dtype for a in inputs if isinstance(a, torch.Tensor) and a.is_floating_point()}
     if floats == {expected.dtype}:
-        return f" (the dtype of the inputs: compute in it, without converting to another dtype)"
+        return " (the dtype of the inputs: compute in it, without converting to another dtype)"
     return ""
 
 

@@ -49,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .grader import Grader, find_submissions
-    from .notebook import submission_name
+    from .grader import Grader
+    from .notebook import find_submissions, submission_name
     from .report import write_reports
     from .sandbox import SandboxUnavailable
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from . import static
 from .homework import Homework, Question, TestCaseSpec
-from .notebook import SubmissionError, find_submissions, read_submission, submission_name
+from .notebook import SubmissionError, read_submission, submission_name
 from .sandbox import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Session, Worker, find_bwrap
 from .view import build_view, hidden_paths
 
