@@ -416,6 +416,19 @@ def _restore_profile(prev: Any) -> None:
 _MODE_CLASSES: tuple | None = None
 
 
+def _observe(mode: Any, func: Any, args: tuple, kwargs: dict | None) -> Any:
+    """What both torch modes do: note ``func`` if it is a forbidden operator, then run it."""
+    # lean: the profiler, when on, sees every call made here
+    seen = mode.seen.get(id(func))
+    if seen is None or seen[0] is not func or seen[1] is not None:
+        label = mode.guard._torch_label(func)
+        if label is not None:
+            mode.guard._record(label, sys._getframe(2))
+    if kwargs:
+        return func(*args, **kwargs)
+    return func(*args)
+
+
 def _mode_classes() -> tuple:
     """The two torch modes (classes made once: making a class costs more than a small call)."""
     global _MODE_CLASSES
@@ -431,14 +444,7 @@ def _mode_classes() -> tuple:
                 self.seen = guard._seen
 
             def __torch_function__(self, func, types, args=(), kwargs=None):
-                # lean: the profiler, when on, sees every call made here
-                seen = self.seen.get(id(func))
-                if seen is None or seen[0] is not func or seen[1] is not None:
-                    if self.guard._torch_label(func) is not None:
-                        self.guard._record(self.guard._torch_label(func), sys._getframe(1))
-                if kwargs:
-                    return func(*args, **kwargs)
-                return func(*args)
+                return _observe(self, func, args, kwargs)
 
         class _SeeKernels(TorchDispatchMode):
             def __init__(self, guard: Guard) -> None:
@@ -447,14 +453,7 @@ def _mode_classes() -> tuple:
                 self.seen = guard._seen
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                # lean: the profiler, when on, sees every call made here
-                seen = self.seen.get(id(func))
-                if seen is None or seen[0] is not func or seen[1] is not None:
-                    if self.guard._torch_label(func) is not None:
-                        self.guard._record(self.guard._torch_label(func), sys._getframe(1))
-                if kwargs:
-                    return func(*args, **kwargs)
-                return func(*args)
+                return _observe(self, func, args, kwargs)
 
         _MODE_CLASSES = (_SeeFunctions, _SeeKernels)
     return _MODE_CLASSES
