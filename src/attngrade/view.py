@@ -189,11 +189,17 @@ def bwrap_arguments(view: View, *, hide: list[str], as_root: bool, tmp_mb: int =
     for name in ("ld.so.cache", "localtime", "nsswitch.conf", "passwd", "group", "hosts", "fonts"):
         if os.path.exists(f"/etc/{name}"):
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    # the private folders first, so that a Python installed under /tmp (a checkout there) is
+    # mounted on top of the fresh /tmp rather than hidden by it
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(tmp_mb * 2**20), "--tmpfs", "/tmp",
+             "--perms", "1777", "--size", str(16 * 2**20), "--tmpfs", "/dev/shm"]
     roots = [r for r in _python_roots() if not _under(r, system)]
     # the folders above each mount must be traversable by the sandbox's unprivileged user (bwrap
-    # would otherwise copy the host's modes, e.g. /root's 0700)
+    # would otherwise copy the host's modes, e.g. /root's 0700); /tmp and /dev/shm keep theirs
+    fixed = {"/", "/tmp", "/dev", "/dev/shm", "/proc"}
     parents = sorted({str(a) for r in [*roots, MOUNT] for a in Path(r).parents
-                      if str(a) != "/" and not _under(str(a), system)}, key=lambda p: p.count("/"))
+                      if str(a) not in fixed and not _under(str(a), system)}, key=lambda p: p.count("/"))
     for parent in parents:
         args += ["--perms", "0755", "--dir", parent]
     for r in roots:
@@ -206,10 +212,7 @@ def bwrap_arguments(view: View, *, hide: list[str], as_root: bool, tmp_mb: int =
     for path in dict.fromkeys(os.path.realpath(p) for p in hide):
         if _under(path, roots + system) and os.path.exists(path):
             args += ["--ro-bind", str(empty) if os.path.isdir(path) else str(view.root / "empty"), path]
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(tmp_mb * 2**20), "--tmpfs", "/tmp",
-             "--perms", "1777", "--size", str(16 * 2**20), "--tmpfs", "/dev/shm",
-             "--chdir", "/tmp"]
+    args += ["--chdir", "/tmp"]
     return args
 
 

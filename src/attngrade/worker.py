@@ -194,21 +194,49 @@ def clean_up(child: int | None = None) -> None:
             except OSError:
                 pass
         time.sleep(0.002)
+    keep = _mounts_within(WRITABLE)
     for folder in WRITABLE:
-        try:
-            entries = os.listdir(folder)
-        except OSError:
-            continue
-        for entry in entries:
-            path = os.path.join(folder, entry)
-            try:
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    os.unlink(path)
-            except OSError:
-                pass
+        _empty(folder, keep)
     _remove_ipc()
+
+
+def _mounts_within(folders: tuple[str, ...]) -> set[str]:
+    """Mount points inside ``folders`` and the folders above them (e.g. a Python installed under
+    /tmp, mounted read-only on top of the private /tmp): the clean-up leaves those alone."""
+    keep: set[str] = set()
+    try:
+        with open("/proc/self/mountinfo") as f:
+            points = [line.split()[4] for line in f if len(line.split()) > 4]
+    except OSError:
+        return keep
+    for point in points:
+        for folder in folders:
+            if point.startswith(folder.rstrip("/") + "/"):
+                path = point
+                while path != folder and path not in keep:
+                    keep.add(path)
+                    path = os.path.dirname(path)
+    return keep
+
+
+def _empty(folder: str, keep: set[str]) -> None:
+    """Delete everything in ``folder`` except the mounts in ``keep`` (and the folders above them)."""
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return
+    for entry in entries:
+        path = os.path.join(folder, entry)
+        try:
+            if path in keep:
+                if not os.path.ismount(path):
+                    _empty(path, keep)
+            elif os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
 
 
 def _remove_ipc() -> None:

@@ -1,0 +1,49 @@
+"""What a sandbox sees (attngrade.view): stubs instead of references, and mounts in a working order."""
+
+from __future__ import annotations
+
+from attngrade import view
+
+
+def test_stubbed_source_keeps_signatures_and_drops_the_body():
+    source = '''
+def attention(q, k, v, mask=None):
+    """Docs."""
+    return secret_formula(q, k, v)
+
+class Module:
+    def forward(self, x):
+        return secret_formula(x)
+
+def allowed(x):
+    return x + 1
+'''
+    out = view.stub_source(source, {"attention": "attnbook.attention", "Module": "attnbook.Module"})
+    assert "secret_formula" not in out
+    assert "def attention(q, k, v, mask=None):" in out and "def forward(self, x):" in out
+    assert "return x + 1" in out
+    namespace: dict = {}
+    exec(out, namespace)
+    try:
+        namespace["attention"](1, 2, 3)
+    except NotImplementedError as exc:
+        assert "attnbook.attention" in str(exc) and "not available while grading" in str(exc)
+    else:
+        raise AssertionError("the stub must raise")
+
+
+def test_a_python_under_tmp_is_mounted_after_the_private_tmp(tmp_path, monkeypatch):
+    """A checkout (and its virtual environment) under /tmp must stay visible: the sandbox's own
+    /tmp is mounted first, the Python folders on top of it."""
+    venv = tmp_path / "checkout" / ".venv"
+    venv.mkdir(parents=True)
+    monkeypatch.setattr(view, "_python_roots", lambda: [str(venv)])
+    lib = tmp_path / "view"
+    (lib / "lib").mkdir(parents=True)
+    args = view.bwrap_arguments(view.View(lib), hide=[], as_root=True)
+    tmpfs = max(i for i, a in enumerate(args) if a == "--tmpfs" and args[i + 1] == "/tmp")
+    bind = next(i for i, a in enumerate(args) if a == "--ro-bind" and args[i + 1] == str(venv))
+    assert tmpfs < bind
+    # the folders above it are made traversable, but /tmp keeps its own mode (1777)
+    dirs = [args[i + 1] for i, a in enumerate(args) if a == "--dir"]
+    assert "/tmp" not in dirs and str(venv.parent) in dirs
