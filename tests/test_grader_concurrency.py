@@ -240,9 +240,13 @@ def _as_ordinary_user_with_bwrap(argv, work: Path) -> list[str]:
     """uid 1000 in a user namespace of its own, made by bubblewrap. The host's /proc is bound (not
     a new one): the grader's own bubblewrap could not mount a proc inside a bwrap-made one."""
     base = os.path.realpath(sys.base_prefix)
+    # the checkout and its virtual environment go back on top of the fresh /root and /tmp (a CI
+    # checkout may live under either)
+    again = list(dict.fromkeys([base, str(REPO), os.path.realpath(sys.prefix)]))
+    rebind = [a for p in again for a in ("--ro-bind", p, p)]
     return ["bwrap", "--unshare-user", "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL",
-            "--ro-bind", "/", "/", "--bind", "/proc", "/proc", "--tmpfs", "/root", "--ro-bind", base, base,
-            "--dev", "/dev", "--tmpfs", "/tmp", "--bind", str(work), str(work),
+            "--ro-bind", "/", "/", "--bind", "/proc", "/proc", "--tmpfs", "/root",
+            "--dev", "/dev", "--tmpfs", "/tmp", *rebind, "--bind", str(work), str(work),
             "--setenv", "HOME", str(work / "home"), "--setenv", "MPLCONFIGDIR", str(work / "home"),
             "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--chdir", str(REPO), *argv]
 
