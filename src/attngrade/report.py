@@ -196,6 +196,9 @@ def histogram_png(rows: Sequence[dict[str, str]], homework: str) -> bytes | None
     ax.hist(totals, bins=bins, range=(0, possible), color="#4C72B0", edgecolor="white")
     ax.set_xlabel(f"total score (of {possible:g})")
     ax.set_ylabel("submissions")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"{homework}: {len(totals)} graded submissions")
     fig.tight_layout()
     buf = io.BytesIO()
