@@ -30,7 +30,8 @@ $(VENV)/.installed: pyproject.toml
 book: setup  ## build the website into _build/html (strict: any warning fails)
 	$(BIN)/jupyter-book build -W -n --keep-going .
 
-test: setup  ## the package tests and every chapter through nbval
+test: setup  ## lint (ruff: errors and undefined names), then the package tests and every chapter through nbval
+	$(BIN)/ruff check --select F,E9 src tests conftest.py book/_ext
 	$(BIN)/python -m pytest
 
 assignments: setup  ## build every homework's student version and autograder (fails if a solution fails its tests)

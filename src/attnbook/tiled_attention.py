@@ -152,6 +152,7 @@ def tiled_attention(
     stats = {"dtype": stats_dtype, "device": device}
 
     current = None  # the query block whose running statistics are held
+    m_t = l_t = o_t = None  # M, L, O of that block: set when its first tile comes
     for tile in attention_tiles(n, m, block_size, causal=causal):
         if tile.queries != current:
             if current is not None:
