@@ -180,3 +180,27 @@ def test_a_sandbox_that_fails_twice_is_status_error_and_exit_1(tmp_path, monkeyp
     with open(tmp_path / "h" / "gradebook.csv", newline="") as f:
         (row,) = list(csv.DictReader(f))
     assert row["status"] == "ok" and row["total"] == row["possible"]
+
+
+def test_unsafe_no_sandbox_grades_trusted_notebooks_the_same(tmp_path):
+    """--unsafe-no-sandbox (a trusted setting) runs the same worker without namespaces and gives
+    the scores the sandbox gives; it cleans up its own working folder."""
+    import glob
+    import tempfile
+
+    hw = homework("hw00")
+    subs = tmp_path / "submitted"
+    subs.mkdir()
+    write_notebook(submission_with(hw, {}), subs / "alice.ipynb")
+    write_notebook(submission_with(hw, {"scores_row": WRONG_SCORES_ROW}), subs / "bob.ipynb")
+    before = set(glob.glob(f"{tempfile.gettempdir()}/attngrade-unsafe-*"))
+    books = {}
+    for flags in ([], ["--unsafe-no-sandbox"]):
+        out = tmp_path / ("unsafe" if flags else "sandboxed")
+        proc = subprocess.run([sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(out), "--no-build",
+                               "--no-progress", *flags], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        books[bool(flags)] = (out / "gradebook.csv").read_text()
+    assert books[True] == books[False]
+    assert "WITHOUT a sandbox" in proc.stderr
+    assert set(glob.glob(f"{tempfile.gettempdir()}/attngrade-unsafe-*")) == before

@@ -70,12 +70,6 @@ class SubmissionResult:
     worker_lost: bool = False
 
     @property
-    def final_status(self) -> str:
-        if self.status == "error":
-            return "error"
-        return "review" if self.review else "ok"
-
-    @property
     def total(self) -> float:
         return sum(q.score for q in self.questions)
 
@@ -85,11 +79,6 @@ class SubmissionResult:
 
     def score(self, question: str) -> float:
         return next(q.score for q in self.questions if q.name == question)
-
-
-def read_code_cells(path: str | os.PathLike[str]) -> list[str]:
-    """The code cells of a submitted notebook (or export zip), as text; nothing is executed."""
-    return read_submission(path).cells
 
 
 def _format_failure(exc: BaseException) -> str:

@@ -61,7 +61,7 @@ def _row(r: SubmissionResult, questions: Sequence[str]) -> dict[str, str]:
     row = {"submission": r.submission}
     row.update({q: _num(scores.get(q, 0.0)) for q in questions})
     error = r.error.splitlines()[0][:300] if r.error else ""
-    row.update({"total": _num(r.total), "possible": _num(r.possible), "status": r.final_status, "error": error})
+    row.update({"total": _num(r.total), "possible": _num(r.possible), "status": r.status, "error": error})
     return row
 
 

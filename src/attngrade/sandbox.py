@@ -155,6 +155,10 @@ class Worker:
                 pass
             self.ctrl = None
         if self.proc is not None:
+            try:  # a worker whose control socket closes cleans up and ends by itself
+                self.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except OSError:

@@ -261,8 +261,12 @@ def _remove_ipc() -> None:
 def worker_main(fd: int) -> None:
     ctrl = socket.socket(fileno=fd)
     hello = json.loads(ctrl.recv(1 << 16) or b"{}")
-    global SANDBOXED
+    global SANDBOXED, _UNSAFE_WORKDIR
     SANDBOXED = bool(hello.get("sandboxed", True))
+    if not SANDBOXED:
+        import tempfile
+
+        _UNSAFE_WORKDIR = tempfile.mkdtemp(prefix="attngrade-unsafe-")
     guard = preload(list(hello.get("forbidden", [])))
     uid = hello.get("drop_uid")
     global CHILD_UID
@@ -331,15 +335,12 @@ def worker_main(fd: int) -> None:
 # -- the child: one submission ---------------------------------------------------------------
 
 def _workdir() -> str:
-    """The child's working folder: in the sandbox's private /tmp, or (unsandboxed) one per worker."""
-    if SANDBOXED:
-        return "/tmp/work"
-    import tempfile
-
-    return os.path.join(tempfile.gettempdir(), f"attngrade-unsafe-{os.getppid() if os.getpid() != _WORKER_PID else os.getpid()}")
+    """The child's working folder: in the sandbox's private /tmp, or (unsandboxed) the worker's own
+    temporary folder, made when the worker starts."""
+    return "/tmp/work" if SANDBOXED else _UNSAFE_WORKDIR
 
 
-_WORKER_PID = os.getpid()
+_UNSAFE_WORKDIR = ""
 
 def apply_limits(limits: dict[str, Any]) -> None:
     """Resource limits of the child (inherited by anything it starts)."""
