@@ -130,7 +130,7 @@ class ForbiddenReference(Exception):
 # --------------------------------------------------------------------------- resolving names
 
 
-def _resolve(dotted: str) -> Any:
+def resolve_reference(dotted: str) -> Any:
     """The object a dotted name refers to, as ``from a.b import c`` would give it: an attribute
     wins over a submodule of the same name (``attnbook.attention`` is the function, not the module)."""
     parts = dotted.split(".")
@@ -236,7 +236,7 @@ class Guard:
         for op in ops:
             self._ops.setdefault(op, name)
         try:
-            obj = _resolve(name)
+            obj = resolve_reference(name)
         except Exception:  # noqa: BLE001 - not installed, or no such attribute
             self.unresolved.append(name)
             obj = None
@@ -252,7 +252,7 @@ class Guard:
                     self._by_place.setdefault(place, name)
         for extra in _TORCH_BUILTINS.get(name, ()):
             try:
-                f = _resolve(extra)
+                f = resolve_reference(extra)
             except Exception:  # noqa: BLE001
                 continue
             self._builtins.setdefault(id(f), (f, name))

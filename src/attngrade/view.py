@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .integrity import resolve_reference
+
 #: where the view's packages appear inside the sandbox
 MOUNT = "/opt/attngrade"
 #: modules of attngrade that run inside the sandbox
@@ -50,22 +52,11 @@ class View:
 
 
 def _resolve(dotted: str) -> Any:
-    """The object ``a.b.c`` names: attributes first (``attnbook.softmax`` is the function, although
-    a submodule of that name exists too), importing submodules only where an attribute is missing."""
-    parts = dotted.split(".")
+    """The object ``dotted`` names (:func:`attngrade.integrity.resolve_reference`), None if none."""
     try:
-        obj: Any = importlib.import_module(parts[0])
-    except ImportError:
+        return resolve_reference(dotted)
+    except (ImportError, AttributeError):
         return None
-    for k, name in enumerate(parts[1:], start=2):
-        try:
-            obj = getattr(obj, name)
-        except AttributeError:
-            try:
-                obj = importlib.import_module(".".join(parts[:k]))
-            except ImportError:
-                return None
-    return obj
 
 
 def _stub_body(message: str) -> list[ast.stmt]:
