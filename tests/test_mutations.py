@@ -16,7 +16,7 @@ import pytest
 from attngrade.grader import Grader
 from attngrade.homework import all_homework
 from attngrade.report import failure_summary
-from attngrade.submissions import code_cells, load_mutants, stub_submission, submission_with
+from attngrade.submissions import code_cells, load_mutants, mutant_submission, stub_submission, submission_with
 
 from .homework_support import homework
 
@@ -30,7 +30,7 @@ def graded(name: str) -> dict:
     hw = homework(name)
     mutants = load_mutants(hw)
     subs = [("<correct>", code_cells(submission_with(hw, {}))), ("<stub>", code_cells(stub_submission(hw)))]
-    subs += [(k, code_cells(submission_with(hw, functions))) for k, (_, functions) in mutants.items()]
+    subs += [(k, code_cells(mutant_submission(hw, mutant))) for k, mutant in mutants.items()]
     with Grader(hw) as grader:
         results = grader.grade_sources(subs)
     return {r.submission: r for r in results}
@@ -56,7 +56,7 @@ def test_empty_stub_gets_zero(name):
 @pytest.mark.parametrize("name", HOMEWORK)
 def test_every_homework_has_mutants_for_every_question(name):
     hw = homework(name)
-    targeted = {q for q, _ in load_mutants(hw).values()}
+    targeted = {mutant[0] for mutant in load_mutants(hw).values()}
     questions = {q.name for q in hw.questions()}
     assert questions and targeted == questions, f"questions without a mutant: {sorted(questions - targeted)}"
 
@@ -64,7 +64,7 @@ def test_every_homework_has_mutants_for_every_question(name):
 @pytest.mark.parametrize("name,mutant", MUTANTS, ids=[f"{h}:{m}" for h, m in MUTANTS])
 def test_mutant_loses_points(name, mutant):
     result = graded(name)[mutant]
-    question, _ = load_mutants(homework(name))[mutant]
+    question = load_mutants(homework(name))[mutant][0]
     q = next(q for q in result.questions if q.name == question)
     assert q.score < q.possible, f"mutant {mutant!r} was not caught by {question}:\n{_explain(result)}"
     assert result.total < result.possible
@@ -78,7 +78,7 @@ def test_mutation_scores(capsys):
         results = graded(name)
         mutants = load_mutants(homework(name))
         caught = 0
-        for mutant, (question, _) in mutants.items():
+        for mutant, (question, *_) in mutants.items():
             q = next(q for q in results[mutant].questions if q.name == question)
             if q.score < q.possible:
                 caught += 1

@@ -1,4 +1,4 @@
-"""Benchmark: attnbook against PyTorch's own kernels, on the current device (issue 7, chapter 7).
+"""Benchmark: attnbook against PyTorch's own kernels, on the current device (issue 7, chapter 8).
 
 Run ``python -m attnbook.bench`` (or ``make bench``); ``--quick`` runs a small smoke version.
 One run times, on one device, for several (batch, heads, n, d_head), with and without a causal

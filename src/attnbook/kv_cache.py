@@ -1,4 +1,4 @@
-r"""A key-value cache for autoregressive decoding (chapter 7).
+r"""A key-value cache for autoregressive decoding (chapter 8).
 
 A decoder produces one token at a time, and under a causal mask token t attends to tokens
 0, ..., t. Its query is new, but the keys and values of tokens 0, ..., t - 1 are the same as at the
@@ -21,7 +21,7 @@ from .masks import causal_mask
 
 
 class KVCache:
-    r"""Keys and values of the tokens decoded so far, in a buffer preallocated for ``max_len`` tokens (chapter 7).
+    r"""Keys and values of the tokens decoded so far, in a buffer preallocated for ``max_len`` tokens (chapter 8).
 
     The buffer is allocated on the first :meth:`append` with the batch shape, widths, dtype and
     device of that call's keys and values, shape (..., max_len, d_k) and (..., max_len, d_v); every
@@ -71,7 +71,7 @@ class KVCache:
 
     # K_{0:L+t} = [K_{0:L}; K_new],  V_{0:L+t} = [V_{0:L}; V_new]
     def append(self, key: torch.Tensor, value: torch.Tensor) -> None:
-        """Store the keys (..., t, d_k) and values (..., t, d_v) of the next t tokens (chapter 7).
+        """Store the keys (..., t, d_k) and values (..., t, d_v) of the next t tokens (chapter 8).
 
         t = 1 for a decoding step; t > 1 for a prompt ("prefill"). The batch shape, widths,
         dtype and device must match those of the first append.
@@ -112,7 +112,7 @@ class KVCache:
 
     # o_i = softmax(q_i K_{0:L}^T / sqrt(d_k) restricted to keys j <= position of i) V_{0:L}
     def attend(self, query: torch.Tensor, *, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Causal attention of the queries of the last t stored tokens over all stored tokens (chapter 7).
+        """Causal attention of the queries of the last t stored tokens over all stored tokens (chapter 8).
 
         ``query`` (..., t, d_k) belongs to the *last* t tokens appended, so query i (position
         L - t + i, with L = len(self)) sees keys 0, ..., L - t + i: the lower-right aligned

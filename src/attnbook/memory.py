@@ -1,4 +1,4 @@
-"""Peak memory of one call, measured on the device it runs on (chapter 7 and ``attnbook.bench``).
+"""Peak memory of one call, measured on the device it runs on (chapter 8 and ``attnbook.bench``).
 
 What is measured: the largest number of bytes of tensor storage that PyTorch's allocator holds
 during the call *beyond what was allocated when the call started*. Tensors that exist before the

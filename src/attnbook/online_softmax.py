@@ -1,4 +1,4 @@
-r"""The online softmax: a running maximum and a running sum over blocks of scores (chapter 7).
+r"""The online softmax: a running maximum and a running sum over blocks of scores (chapter 8).
 
 The softmax of a row :math:`s_1, \dots, s_m` needs two numbers before any weight can be written:
 its maximum :math:`M = \max_j s_j` (for stability) and its normaliser
@@ -37,7 +37,7 @@ def _check_block_size(block_size: object) -> int:
 
 # c = M if M > -inf else 0
 def safe_shift(running_max: torch.Tensor) -> torch.Tensor:
-    r"""The shift used in the exponentials: :math:`M` where it is finite, 0 where it is :math:`-\infty` (chapter 7).
+    r"""The shift used in the exponentials: :math:`M` where it is finite, 0 where it is :math:`-\infty` (chapter 8).
 
     A row whose entries so far are all masked has :math:`M = -\infty`. Shifting by 0 there keeps
     :math:`e^{s_j - c} = e^{-\infty} = 0` for its (masked) entries instead of ``nan``.
@@ -47,7 +47,7 @@ def safe_shift(running_max: torch.Tensor) -> torch.Tensor:
 
 # M_t = max(M_{t-1}, max_{j in B_t} s_j)
 def running_max(previous_max: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
-    r"""The running maximum :math:`M_t = \max(M_{t-1}, \max_{j \in B_t} s_j)` (chapter 7).
+    r"""The running maximum :math:`M_t = \max(M_{t-1}, \max_{j \in B_t} s_j)` (chapter 8).
 
     Args:
         previous_max: :math:`M_{t-1}`, shape (...,), ``-inf`` before the first block.
@@ -61,7 +61,7 @@ def running_max(previous_max: torch.Tensor, block: torch.Tensor) -> torch.Tensor
 
 # alpha_t = exp(M_{t-1} - M_t)
 def rescale_factor(previous_max: torch.Tensor, new_max: torch.Tensor) -> torch.Tensor:
-    r"""The factor :math:`\alpha_t = e^{M_{t-1} - M_t} \in [0, 1]` that moves a sum to the new maximum (chapter 7).
+    r"""The factor :math:`\alpha_t = e^{M_{t-1} - M_t} \in [0, 1]` that moves a sum to the new maximum (chapter 8).
 
     With :math:`M_t = -\infty` (nothing unmasked yet) the shift is 0 (:func:`safe_shift`), so
     :math:`\alpha_t = e^{-\infty} = 0`, which multiplies a sum that is 0 anyway.
@@ -71,7 +71,7 @@ def rescale_factor(previous_max: torch.Tensor, new_max: torch.Tensor) -> torch.T
 
 # p_j = exp(s_j - M_t)   for j in B_t
 def block_exponentials(block: torch.Tensor, new_max: torch.Tensor) -> torch.Tensor:
-    r"""The unnormalised weights :math:`p_j = e^{s_j - M_t}` of one block, each in [0, 1] (chapter 7).
+    r"""The unnormalised weights :math:`p_j = e^{s_j - M_t}` of one block, each in [0, 1] (chapter 8).
 
     Args:
         block: scores (..., block).
@@ -82,7 +82,7 @@ def block_exponentials(block: torch.Tensor, new_max: torch.Tensor) -> torch.Tens
 
 # L_t = alpha_t L_{t-1} + sum_{j in B_t} p_j
 def running_sum(previous_sum: torch.Tensor, alpha: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    r"""The running normaliser :math:`L_t = \alpha_t L_{t-1} + \sum_{j \in B_t} p_j` (chapter 7).
+    r"""The running normaliser :math:`L_t = \alpha_t L_{t-1} + \sum_{j \in B_t} p_j` (chapter 8).
 
     Args:
         previous_sum: :math:`L_{t-1}` (...,), 0 before the first block.
@@ -94,7 +94,7 @@ def running_sum(previous_sum: torch.Tensor, alpha: torch.Tensor, p: torch.Tensor
 
 # (M, L) = (M_T, L_T) after the last block
 def online_normalizer(scores: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""The maximum :math:`M` and normaliser :math:`L = \sum_j e^{s_j - M}` of each row in one pass of blocks (chapter 7).
+    r"""The maximum :math:`M` and normaliser :math:`L = \sum_j e^{s_j - M}` of each row in one pass of blocks (chapter 8).
 
     Runs the recurrence of :func:`running_max` and :func:`running_sum` over consecutive blocks of
     ``block_size`` entries of the last axis, holding only (...,) numbers between blocks.
@@ -120,7 +120,7 @@ def online_normalizer(scores: torch.Tensor, block_size: int) -> tuple[torch.Tens
 
 # softmax(s)_j = exp(s_j - M) / L,   and 0 where L = 0
 def online_softmax(scores: torch.Tensor, dim: int = -1, *, block_size: int = 128) -> torch.Tensor:
-    r"""Softmax along ``dim`` with :math:`M` and :math:`L` from the one-pass :func:`online_normalizer` (chapter 7).
+    r"""Softmax along ``dim`` with :math:`M` and :math:`L` from the one-pass :func:`online_normalizer` (chapter 8).
 
     .. math:: \operatorname{softmax}(s)_j = \frac{e^{s_j - M}}{L}
 

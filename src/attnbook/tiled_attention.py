@@ -1,4 +1,4 @@
-r"""Tiled attention: exact attention over blocks of keys, without the n x m matrix (chapter 7).
+r"""Tiled attention: exact attention over blocks of keys, without the n x m matrix (chapter 8).
 
 The queries are cut into blocks of ``block_size`` rows and the keys and values into blocks of
 ``block_size`` rows. For one block of queries the key blocks :math:`B_1, \dots, B_T` are visited in
@@ -44,7 +44,7 @@ class Tile(NamedTuple):
 # causal: skipped iff b B > (a+1) B - 1 (its first key is after its last query),
 #         full    iff (b+1) B - 1 <= a B (its last key is not after its first query)
 def attention_tiles(n: int, m: int, block_size: int, *, causal: bool = False) -> list[Tile]:
-    r"""The tiles of an (n, m) score matrix in blocks of ``block_size``, in the order they are visited (chapter 7).
+    r"""The tiles of an (n, m) score matrix in blocks of ``block_size``, in the order they are visited (chapter 8).
 
     For each block of queries, the key blocks from left to right. With ``causal=False`` every tile
     is ``"full"``. With ``causal=True`` (upper-left alignment, as :func:`attnbook.causal_mask`
@@ -83,7 +83,7 @@ def _mask_tile(mask: torch.Tensor, queries: slice, keys: slice) -> torch.Tensor:
 def running_output(
     previous_output: torch.Tensor, alpha: torch.Tensor, p: torch.Tensor, value_block: torch.Tensor
 ) -> torch.Tensor:
-    r"""The running unnormalised output :math:`O_t = \alpha_t O_{t-1} + P_t V_{B_t}` (chapter 7).
+    r"""The running unnormalised output :math:`O_t = \alpha_t O_{t-1} + P_t V_{B_t}` (chapter 8).
 
     Args:
         previous_output: :math:`O_{t-1}` (..., n, d_v), zeros before the first block.
@@ -97,7 +97,7 @@ def running_output(
 
 # O = O_T / L_T,   and 0 where L_T = 0 (a query with no visible key)
 def normalize_output(output: torch.Tensor, total: torch.Tensor) -> torch.Tensor:
-    r"""The attention output :math:`O_T / L_T` after the last block; 0 for a fully masked query (chapter 7)."""
+    r"""The attention output :math:`O_T / L_T` after the last block; 0 for a fully masked query (chapter 8)."""
     safe = torch.where(total > 0, total, torch.ones_like(total))
     return output / safe.unsqueeze(-1)  # (..., n, d_v) / (..., n, 1)
 
@@ -113,7 +113,7 @@ def tiled_attention(
     causal: bool = False,
     scale: float | None = None,
 ) -> torch.Tensor:
-    r"""Scaled dot-product attention computed tile by tile with the online softmax (chapter 7).
+    r"""Scaled dot-product attention computed tile by tile with the online softmax (chapter 8).
 
     The same function as :func:`attnbook.attention` (its output, to rounding error), with memory
     O(n d_v + block_size^2) per batch entry for the intermediates instead of O(n m): the scores

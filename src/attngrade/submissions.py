@@ -3,7 +3,10 @@
 :func:`submission_with` takes the autograder notebook (the solutions) and replaces the
 definitions of some functions by other source code, e.g. a wrong solution; :func:`stub_submission`
 is the student notebook as handed out (every answer ``...``). Mutants live beside each master in
-``exercises/hwNN_topic/mutants.py`` as ``MUTANTS = {name: (question, {function: source})}``.
+``exercises/hwNN_topic/mutants.py`` as ``MUTANTS = {name: (question, old, new)}``: a one-line edit
+of the solutions, where ``old`` occurs exactly once in the solutions' code cells and is replaced by
+``new`` (:func:`mutant_submission`). The older form ``(question, {function: source})`` replaces
+whole definitions.
 """
 
 from __future__ import annotations
@@ -56,6 +59,28 @@ def submission_with(hw: Homework, replacements: dict[str, str]) -> dict[str, Any
     return nb
 
 
+def edited_submission(hw: Homework, old: str, new: str) -> dict[str, Any]:
+    """The solutions notebook with the one occurrence of ``old`` in its code cells replaced by ``new``."""
+    nb = copy.deepcopy(json.loads(hw.autograder_notebook.read_text(encoding="utf-8")))
+    cells = [c for c in nb["cells"] if c.get("cell_type") == "code"]
+    found = [c for c in cells if old in _cell_source(c)]
+    count = sum(_cell_source(c).count(old) for c in found)
+    if count != 1:
+        raise ValueError(f"{hw.name}: a mutant's edit must match exactly once in the solutions; {old!r} matches {count} times")
+    cell = found[0]
+    cell["source"] = _cell_source(cell).replace(old, new, 1)
+    return nb
+
+
+def mutant_submission(hw: Homework, mutant: tuple) -> dict[str, Any]:
+    """The solutions notebook changed by one mutant: ``(question, old, new)`` or ``(question, {function: source})``."""
+    if len(mutant) == 3:
+        _, old, new = mutant
+        return edited_submission(hw, old, new)
+    _, functions = mutant
+    return submission_with(hw, functions)
+
+
 def stub_submission(hw: Homework) -> dict[str, Any]:
     """The student notebook exactly as handed out."""
     return json.loads(hw.student_notebook.read_text(encoding="utf-8"))
@@ -66,8 +91,8 @@ def code_cells(nb: dict[str, Any]) -> list[str]:
     return [_cell_source(c) for c in nb["cells"] if c.get("cell_type") == "code"]
 
 
-def load_mutants(hw: Homework) -> dict[str, tuple[str, dict[str, str]]]:
-    """The homework's wrong solutions: name -> (question that must lose points, {function: source})."""
+def load_mutants(hw: Homework) -> dict[str, tuple]:
+    """The homework's wrong solutions: name -> (question that must lose points, old, new) or (question, {function: source})."""
     path = hw.folder / "mutants.py"
     if not path.exists():
         return {}
