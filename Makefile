@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 # Jupyter refuses to start as root unless told it may
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: system setup book test lab clean assignments bench publish release
+.PHONY: system setup book test test-quick lint lab clean assignments bench publish release
 
 # Debian/Ubuntu packages: bubblewrap (the grader's sandboxes) and chromium (the browser test).
 # Installed with apt-get as root, or through sudo; skipped when both are already there.
@@ -30,9 +30,15 @@ $(VENV)/.installed: pyproject.toml
 book: setup  ## build the website into _build/html (strict: any warning fails)
 	$(BIN)/jupyter-book build -W -n --keep-going .
 
-test: setup  ## lint (ruff: errors and undefined names), then the package tests and every chapter through nbval
-	$(BIN)/ruff check --select F,E9 src tests conftest.py book/_ext
+test: lint  ## the whole check: lint, every chapter (nbval, once), the package, homework and grader tests, the strict book build and the browser tests
 	$(BIN)/python -m pytest
+
+test-quick: setup  ## the package's own tests only (no chapters, homework, grader or website): the inner loop
+	$(BIN)/python -m pytest tests -q -m "not course"
+
+lint: setup  ## ruff: the rules in pyproject.toml, and the formatting
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
 
 assignments: setup  ## build every homework's student version and autograder (fails if a solution fails its tests)
 	$(BIN)/python -m attngrade.assign

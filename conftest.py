@@ -1,13 +1,21 @@
-"""Run every chapter of the book (MyST markdown notebooks under book/) through nbval.
+"""Run every chapter of the book (MyST markdown notebooks under book/) through nbval, once.
 
 nbval only collects ``.ipynb`` files, and the chapters are stored as MyST markdown without
 outputs. For each chapter this hook writes the jupytext conversion to an ``.ipynb`` under pytest's
 cache folder and hands that file to nbval, with the test id of the ``.md`` file, so a failing cell
 is reported as ``book/01_single_query_attention.md::notebook::Cell 7``.
+
+Each chapter executes once per check: when every cell of a chapter has passed, its outputs are
+stored in the book build's execution cache (``_build/.jupyter_cache``, jupyter-cache keyed by the
+code cells), so the strict book build that follows (``tests/test_site.py``) reuses them instead
+of running the chapter again. The book's own reader (myst-nb) must see the same code cells as
+jupytext; when it does not, nothing is stored and the book build executes that chapter itself.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,12 +23,11 @@ import pytest
 BOOK = Path(__file__).parent / "book"
 
 
-def _is_chapter(file_path: Path) -> bool:
-    if file_path.suffix != ".md" or BOOK not in file_path.parents:
-        return False
-    with open(file_path, encoding="utf-8") as f:
-        head = f.read(600)
-    return head.startswith("---") and "kernelspec:" in head
+ROOT = Path(__file__).parent
+#: where the book build (jupyter-book, execute_notebooks: cache) keeps executed notebooks
+EXECUTION_CACHE = ROOT / "_build" / ".jupyter_cache"
+sys.path.insert(0, str(BOOK / "_ext"))
+from chapters import is_chapter  # noqa: E402  (book/_ext/chapters.py, shared with the book build)
 
 
 class MySTChapter(pytest.File):
@@ -32,13 +39,66 @@ class MySTChapter(pytest.File):
 
     def collect(self):
         import jupytext
-        from nbval.plugin import IPyNbFile
 
         relative = self.path.relative_to(self.config.rootpath)
         target = _nbval_folder(self.config) / relative.with_suffix(".ipynb")
         target.parent.mkdir(parents=True, exist_ok=True)
         jupytext.write(jupytext.read(self.path), target)
-        yield IPyNbFile.from_parent(self, path=target, nodeid=f"{self.nodeid}::notebook")
+        yield executed_chapter_class().from_parent(self, path=target, nodeid=f"{self.nodeid}::notebook")
+
+
+@functools.cache
+def executed_chapter_class():  # nbval is imported only when a chapter is collected
+    from nbval.plugin import IPyNbFile
+
+    class ExecutedChapter(IPyNbFile):
+        """nbval's notebook, which hands its outputs to the book build's cache when every cell passed."""
+
+        def collect(self):
+            self.cell_items = []
+            self.failed = False
+            for item in super().collect():
+                self.cell_items.append(item)
+                yield item
+
+        def teardown(self):
+            super().teardown()
+            ran = [getattr(item, "test_outputs", None) is not None for item in self.cell_items]
+            if self.cell_items and all(ran) and not self.failed and not getattr(self, "timed_out", False):
+                store_in_execution_cache(self.parent.path, [item.test_outputs for item in self.cell_items])
+
+    return ExecutedChapter
+
+
+def store_in_execution_cache(chapter: Path, outputs: list[list]) -> bool:
+    """Store a chapter executed by nbval (its code cells' outputs, in order) in the book's cache."""
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    from myst_nb.core.read import read_myst_markdown_notebook
+
+    nb = read_myst_markdown_notebook(chapter.read_text(encoding="utf-8"), path=chapter)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    if len(code) != len(outputs):
+        return False
+    for count, (cell, outs) in enumerate(zip(code, outputs), start=1):
+        cell.execution_count = count
+        cell.outputs = [nbformat.from_dict(dict(out)) for out in outs]
+        for out in cell.outputs:
+            if out.get("output_type") == "execute_result":
+                out["execution_count"] = count
+    EXECUTION_CACHE.parent.mkdir(parents=True, exist_ok=True)
+    get_cache(str(EXECUTION_CACHE)).cache_notebook_bundle(
+        CacheBundleIn(nb=nb, uri=str(chapter), data={"executed_by": "nbval"}), check_validity=True, overwrite=True)
+    return True
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and hasattr(item.parent, "cell_items"):
+        item.parent.failed = True
 
 
 def _nbval_folder(config: pytest.Config) -> Path:
@@ -52,6 +112,6 @@ def _nbval_folder(config: pytest.Config) -> Path:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
-    if _is_chapter(file_path):
+    if file_path.suffix == ".md" and BOOK in file_path.parents and is_chapter(file_path):
         return MySTChapter.from_parent(parent, path=file_path)
     return None

@@ -40,3 +40,19 @@ def tolerances(dtype: torch.dtype) -> dict[str, float]:
     if dtype == torch.float64:
         return {"atol": 1e-10, "rtol": 1e-10}
     return {"atol": 2e-5, "rtol": 1e-4}
+
+
+#: test modules about the course around the package (homework, grader, website); `make test-quick`
+#: runs the rest, the package's own tests
+COURSE_MODULES = {
+    "test_checks", "test_gradescope", "test_grader_concurrency", "test_grader_habits", "test_grader_isolation",
+    "test_grading_cli", "test_grading_protocol", "test_grading_static", "test_homework", "test_integrity",
+    "test_jupyterlab", "test_mutations", "test_notebook_reader", "test_release", "test_sandbox_view", "test_site",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__.rsplit(".", 1)[-1] in COURSE_MODULES:
+            item.add_marker(pytest.mark.course)

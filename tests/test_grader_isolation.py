@@ -37,7 +37,7 @@ pytestmark = pytest.mark.skipif(bwrap_available() is not None, reason=f"no sandb
 FULL = {"q1": 5, "q2": 4, "q3": 5, "q4": 4, "q5": 4}
 ZERO = {q: 0 for q in FULL}
 # small enough that the endless loops cost seconds, large enough for honest code on a busy machine
-LIMITS = {"cell_timeout": 2.0, "call_timeout": 2.0, "call_grace": 2.0, "exec_timeout": 8.0,
+LIMITS = {"cell_timeout": 2.0, "call_timeout": 2.0, "wall_factor": 2.0, "call_grace": 2.0, "exec_timeout": 8.0,
           "submission_timeout": 12.0, "memory_mb": 1024}
 REFERENCE = "reference implementation"  # what a test that ran a reference says
 
@@ -228,6 +228,10 @@ def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
     os._exit(3)
 '''}), {**FULL, "q3": 0}, None),
         "endless_loop_in_a_cell": (solution_cells(before=["while True:\n    pass"]), FULL, None),
+        # soft limits count CPU time: waiting past the limit without computing is not a loop ...
+        "waits_past_the_cpu_limit_in_a_cell": (solution_cells(before=["import time\ntime.sleep(3)"]), FULL, None),
+        # ... and waiting forever is stopped after the wall-clock multiple; the rest still runs
+        "sleeps_forever_in_a_cell": (solution_cells(before=["import time\ntime.sleep(600)"]), FULL, None),
         "endless_loop_that_swallows_timeouts": (solution_cells(before=['''
 while True:
     try:

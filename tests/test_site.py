@@ -58,14 +58,31 @@ def toc_pages() -> list[str]:
 PAGES = toc_pages()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def built_site() -> Path:
-    """The built site's folder, building it (not strictly) if there is none yet."""
-    if not (SITE / "index.html").exists():
-        if "ATTNBOOK_SITE" in os.environ:
+    """The site, built strictly (``jupyter-book build -W -n --keep-going``: any warning fails).
+
+    Run after the chapters (pytest collects ``book/`` first), the build reuses the outputs nbval
+    stored in its execution cache (conftest.py), so no chapter executes twice. With
+    ``ATTNBOOK_SITE`` set, that site is tested as it is.
+    """
+    if "ATTNBOOK_SITE" in os.environ:
+        if not (SITE / "index.html").exists():
             pytest.fail(f"ATTNBOOK_SITE={SITE} holds no built site (index.html)")
-        subprocess.run([sys.executable, "-m", "jupyter_book", "build", str(ROOT)], check=True, cwd=ROOT)
+        return SITE
+    build = subprocess.run([sys.executable, "-m", "jupyter_book", "build", "-W", "-n", "--keep-going", str(ROOT)],
+                           cwd=ROOT, capture_output=True, text=True)
+    if build.returncode != 0:
+        log = build.stdout + build.stderr
+        problems = [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line or "Error" in line]
+        pytest.fail("the strict book build failed:\n" + "\n".join(problems[:40] or log.splitlines()[-40:]))
+    executed = [line for line in build.stdout.splitlines() if "Executing" in line and "Executing notebook" in line]
+    print(f"book built; chapters executed by the build (not found in the cache): {len(executed)}")
     return SITE
+
+
+def test_book_builds_strictly(built_site):
+    assert (built_site / "index.html").exists()
 
 
 @pytest.fixture(scope="module")

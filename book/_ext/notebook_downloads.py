@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import jupytext
+from chapters import is_chapter  # book/_ext/chapters.py (local_extensions puts book/_ext on the path)
 from nbformat.v4 import new_code_cell
 
 # The first cell of every downloaded notebook. In the course's environment it does nothing.
@@ -30,11 +31,6 @@ import importlib.util
 if importlib.util.find_spec("attnbook") is None:
     %pip install --quiet "attnbook @ git+{repository}"
 """
-
-
-def _is_notebook(source: Path) -> bool:
-    head = source.read_text(encoding="utf-8")[:600]
-    return head.startswith("---") and "kernelspec:" in head
 
 
 def _repository(app) -> str:
@@ -54,7 +50,7 @@ def add_notebook_download(app, pagename, templatename, context, doctree):
     if doctree is None or app.builder.format != "html":
         return
     source = Path(app.env.doc2path(pagename))
-    if source.suffix != ".md" or not _is_notebook(source):
+    if source.suffix != ".md" or not is_chapter(source):
         return
     target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)

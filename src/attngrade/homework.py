@@ -34,11 +34,15 @@ DEFAULT_LIMITS = {
     "memory_mb": 2048,  # address space the student's code may add on top of torch
     "cpu_seconds": 120,  # CPU time of one sandbox process
     "file_mb": 16,  # largest file a sandbox may write
-    "cell_timeout": 20.0,  # soft limit per notebook cell (s)
-    "exec_timeout": 60.0,  # hard limit for running the whole notebook once (s)
-    "call_timeout": 10.0,  # soft limit per call of a student's function (s)
-    "call_grace": 5.0,  # a call is killed this long after its soft limit (s)
-    "submission_timeout": 180.0,  # hard limit for everything about one submission (s)
+    # Soft limits count CPU seconds, which a busy machine (another grading run, a classmate's
+    # endless loop in the next sandbox) does not change; code that waits without computing is
+    # stopped after wall_factor times the limit in wall-clock seconds. Hard limits are wall-clock.
+    "cell_timeout": 20.0,  # soft limit per notebook cell (CPU s)
+    "call_timeout": 10.0,  # soft limit per call of a student's function (CPU s)
+    "wall_factor": 3.0,  # a soft limit also stops code after this many times its seconds of wall time
+    "exec_timeout": 120.0,  # hard limit for running the whole notebook once (s)
+    "call_grace": 5.0,  # a call is killed this long after its soft limit's wall time (s)
+    "submission_timeout": 240.0,  # hard limit for everything about one submission (s)
 }
 
 

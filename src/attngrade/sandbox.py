@@ -263,11 +263,17 @@ class Session:
     def _left(self) -> float:
         return self.deadline - time.monotonic()
 
+    def _call_deadline(self) -> float:
+        """Wall-clock seconds after which a call is killed: its soft limit's wall time, plus grace."""
+        lim = self.limits
+        return float(lim["call_timeout"]) * float(lim["wall_factor"]) + float(lim["call_grace"])
+
     def _job(self) -> dict[str, Any]:
         lim = self.limits
         return {
             "cell_timeout": float(lim["cell_timeout"]),
             "call_timeout": float(lim["call_timeout"]),
+            "wall_factor": float(lim["wall_factor"]),
             "limits": {
                 "memory_bytes": int(lim["memory_mb"]) * 2**20,
                 "cpu_seconds": int(lim["cpu_seconds"]),
@@ -355,7 +361,7 @@ class Session:
         """('callable', None), ('value', value) or ('missing', None) for a notebook name."""
         if name not in self._kinds:
             reply = self._request({"op": "lookup", "name": name},
-                                  float(self.limits["call_timeout"]) + float(self.limits["call_grace"]))
+                                  self._call_deadline())
             kind = reply.get("kind") if isinstance(reply, dict) else None
             if kind not in ("callable", "value", "missing"):
                 raise SandboxError("the sandbox answered a lookup with nonsense")
@@ -371,7 +377,7 @@ class Session:
     def call_returning_inputs(self, name: str, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, list, dict]:
         """Like :meth:`call`, with the arguments as the student's function left them."""
         reply = self._request({"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs)},
-                              float(self.limits["call_timeout"]) + float(self.limits["call_grace"]))
+                              self._call_deadline())
         if not isinstance(reply, dict) or "ok" not in reply:
             raise SandboxError("the sandbox answered a call with nonsense")
         tampered = reply.get("tampered")

@@ -467,8 +467,20 @@ def _on_alarm(signum, frame):
     raise CellTimeout("time limit reached")
 
 
+#: a soft limit's wall-clock seconds are this many times its CPU seconds (set from the job)
+WALL_FACTOR = 3.0
+
+
 def _arm(seconds: float) -> None:
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.0))
+    """Stop the running code after ``seconds`` of CPU time, or WALL_FACTOR times that of wall time.
+
+    CPU time (ITIMER_PROF: this process, all its threads) is what a busy machine does not change,
+    so an honest notebook meets the same limit whatever runs beside it; the wall-clock timer stops
+    code that waits without computing. ``_arm(0)`` disarms both.
+    """
+    seconds = max(seconds, 0.0)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds * WALL_FACTOR)
 
 
 def describe(exc: BaseException) -> str:
@@ -574,6 +586,9 @@ def child_main(sock: socket.socket, job: dict[str, Any], guard: Any) -> None:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write fails instead of killing
         signal.signal(signal.SIGALRM, _on_alarm)
+        signal.signal(signal.SIGPROF, _on_alarm)
+        global WALL_FACTOR
+        WALL_FACTOR = max(float(job.get("wall_factor", WALL_FACTOR)), 1.0)
         apply_limits(job.get("limits", {}))
         if CHILD_UID is not None:
             drop_privileges(CHILD_UID)

@@ -1,0 +1,27 @@
+"""Seeded random tensors for the chapters' examples: one helper instead of one per chapter.
+
+    draw = attnbook.sampler(seed=1, dtype=torch.float64, device=device)
+    Q = draw(n, d_k)                 # (n, d_k), standard normal
+    W = draw(d_model, d_k, scale=0.5)
+
+Each sampler owns its own ``torch.Generator`` (on the CPU, so the numbers are the same on every
+device and do not disturb the global seed); the tensors are then moved to ``device``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+
+def sampler(
+    seed: int, *, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None
+) -> Callable[..., torch.Tensor]:
+    """A function ``draw(*shape, scale=1.0)`` of seeded standard-normal tensors times ``scale``."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def draw(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return scale * torch.randn(*shape, generator=generator, dtype=dtype).to(device)
+
+    return draw
