@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from attngrade.grader import Grader
-from attngrade.submissions import code_cells, load_mutants, stub_submission, submission_with
+from .submissions import code_cells, load_mutants, mutant_submission, stub_submission, submission_with
 
 from .homework_support import bwrap_available, homework, running_as_root, user_namespace_available
 from .test_grader_isolation import LIMITS, attacks
@@ -40,8 +40,7 @@ CHEAP_HOSTILE = ["fork_bomb", "fills_tmp_and_shm", "kills_everything_it_can_in_a
 
 
 def mutant_notebook(hw, name):
-    _question, replacements = load_mutants(hw)[name]
-    return submission_with(hw, replacements)
+    return mutant_submission(hw, load_mutants(hw)[name])
 
 
 @functools.lru_cache(maxsize=None)

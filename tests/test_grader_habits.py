@@ -16,7 +16,7 @@ import zipfile
 import pytest
 
 from attngrade.grader import Grader
-from attngrade.submissions import submission_with
+from .submissions import submission_with
 
 from .homework_support import bwrap_available, homework
 

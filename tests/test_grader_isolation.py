@@ -28,7 +28,7 @@ import pytest
 import attnbook
 import attngrade
 from attngrade.grader import Grader
-from attngrade.submissions import code_cells, stub_submission, submission_with
+from .submissions import code_cells, stub_submission, submission_with
 
 from .homework_support import bwrap_available, homework, running_as_root
 

@@ -9,7 +9,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from attngrade.submissions import stub_submission, submission_with, write_notebook
+from .submissions import stub_submission, submission_with, write_notebook
 
 from .homework_support import homework
 

@@ -16,7 +16,7 @@ import pytest
 from attngrade.grader import Grader
 from attngrade.homework import all_homework
 from attngrade.report import failure_summary
-from attngrade.submissions import code_cells, load_mutants, mutant_submission, stub_submission, submission_with
+from .submissions import code_cells, load_mutants, mutant_submission, stub_submission, submission_with
 
 from .homework_support import homework
 

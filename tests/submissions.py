@@ -1,4 +1,4 @@
-"""Making submissions from a homework's notebooks: for the mutation tests and the benchmark.
+"""Making submissions from a homework's notebooks, for the mutation, grader and CLI tests.
 
 :func:`submission_with` takes the autograder notebook (the solutions) and replaces the
 definitions of some functions by other source code, e.g. a wrong solution; :func:`stub_submission`
@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from .homework import Homework
+from attngrade.homework import Homework
 
 
 def _cell_source(cell: dict[str, Any]) -> str:
