@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=None,
                    help=f"seconds for everything about one submission (default {DEFAULT_LIMITS['submission_timeout']:g})")
     p.add_argument("--call-timeout", type=float, default=None,
-                   help=f"seconds per call of a student's function (default {DEFAULT_LIMITS['call_timeout']:g})")
+                   help=f"CPU seconds per call of a student's function (default {DEFAULT_LIMITS['call_timeout']:g})")
     p.add_argument("--memory-mb", type=int, default=None,
                    help=f"memory a submission may allocate, MiB (default {DEFAULT_LIMITS['memory_mb']})")
     p.add_argument("--no-build", action="store_true", help="fail instead of building a stale homework")
