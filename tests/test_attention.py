@@ -139,14 +139,19 @@ def numpy_attention(q, k, v, keep=None):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 5), st.integers(1, 6), st.integers(1, 4), st.integers(1, 3), st.integers(0, 2**31 - 1),
-       st.booleans())
+@given(
+    st.integers(1, 5), st.integers(1, 6), st.integers(1, 4), st.integers(1, 3), st.integers(0, 2**31 - 1), st.booleans()
+)
 def test_matches_numpy(n, m, d_k, d_v, seed, masked):
     rng = np.random.default_rng(seed)
     q, k, v = rng.normal(size=(n, d_k)), rng.normal(size=(m, d_k)), rng.normal(size=(m, d_v))
     keep = rng.random((n, m)) > 0.3 if masked else None
-    out, _ = attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v),
-                       mask=None if keep is None else torch.from_numpy(keep))
+    out, _ = attention(
+        torch.from_numpy(q),
+        torch.from_numpy(k),
+        torch.from_numpy(v),
+        mask=None if keep is None else torch.from_numpy(keep),
+    )
     np.testing.assert_allclose(out.numpy(), numpy_attention(q, k, v, keep), atol=1e-12)
 
 
@@ -191,7 +196,9 @@ class TestErrors:
 
     def test_mask_that_would_enlarge_the_output(self):
         with pytest.raises(ValueError, match=r"mask of shape \(2, 5, 4\)"):
-            attention(torch.zeros(5, 3), torch.zeros(4, 3), torch.zeros(4, 3), mask=torch.ones(2, 5, 4, dtype=torch.bool))
+            attention(
+                torch.zeros(5, 3), torch.zeros(4, 3), torch.zeros(4, 3), mask=torch.ones(2, 5, 4, dtype=torch.bool)
+            )
 
     def test_integer_mask(self):
         with pytest.raises(TypeError, match=r"mask must be boolean .* got torch.int64"):

@@ -30,19 +30,24 @@ def test_time_interleaved_runs_every_function_in_every_round():
     def bump(name):
         calls[name] += 1
 
-    samples = time_interleaved({"a": lambda: bump("a"), "b": lambda: bump("b")}, torch.device("cpu"),
-                               min_rounds=4, budget_s=0.0)
+    samples = time_interleaved(
+        {"a": lambda: bump("a"), "b": lambda: bump("b")}, torch.device("cpu"), min_rounds=4, budget_s=0.0
+    )
     assert calls == {"a": 5, "b": 5}  # one warm-up call and four rounds
     assert all(len(s) == 4 and min(s) >= 0 for s in samples.values())
 
 
 def test_attention_rows_and_table():
     with torch.no_grad():
-        rows = attention_rows((1, 2, 16, 8), True, torch.float32, torch.device("cpu"), min_rounds=1, budget_s=0.0,
-                              memory=True)
+        rows = attention_rows(
+            (1, 2, 16, 8), True, torch.float32, torch.device("cpu"), min_rounds=1, budget_s=0.0, memory=True
+        )
     assert [r.comparison for r in rows] == [
-        "attention(need_weights=False) / SDPA", "attention(need_weights=True) / plain torch",
-        "tiled_attention / SDPA", "tiled_attention / plain torch"]
+        "attention(need_weights=False) / SDPA",
+        "attention(need_weights=True) / plain torch",
+        "tiled_attention / SDPA",
+        "tiled_attention / plain torch",
+    ]
     assert all(r.ours_ms > 0 and r.ref_ms > 0 and r.mask == "causal" for r in rows)
     assert rows[1].ours_mib >= 2 * 16 * 16 * 4 / 2**20  # scores and weights of 2 heads, 16 x 16 floats each
     table = format_table(rows)
@@ -50,8 +55,9 @@ def test_attention_rows_and_table():
 
 
 def test_verdict():
-    row = Row("c", "none", "float32", "x / y", ours_ms=1.2, ref_ms=1.0, target=1.1, min_ratio=1.0,
-              ours_mib=None, ref_mib=None)
+    row = Row(
+        "c", "none", "float32", "x / y", ours_ms=1.2, ref_ms=1.0, target=1.1, min_ratio=1.0, ours_mib=None, ref_mib=None
+    )
     assert math.isclose(row.ratio, 1.2) and row.verdict == "MISS"
     row.ours_ms = 1.05
     assert row.verdict == "ok"

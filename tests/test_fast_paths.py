@@ -58,9 +58,16 @@ def make_mask(kind, batch, n, m, g, dtype, device):
 
 
 @PROPERTY
-@given(batch=st.lists(st.integers(1, 3), max_size=2), n=st.integers(1, 9), m=st.integers(1, 9),
-       d_k=st.integers(1, 6), d_v=st.integers(1, 5), kind=mask_kinds, scaled=st.booleans(),
-       seed=st.integers(0, 10**6))
+@given(
+    batch=st.lists(st.integers(1, 3), max_size=2),
+    n=st.integers(1, 9),
+    m=st.integers(1, 9),
+    d_k=st.integers(1, 6),
+    d_v=st.integers(1, 5),
+    kind=mask_kinds,
+    scaled=st.booleans(),
+    seed=st.integers(0, 10**6),
+)
 def test_fast_path_equals_explicit_formula(device, dtype, batch, n, m, d_k, d_v, kind, scaled, seed):
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(*batch, n, d_k, generator=g, dtype=dtype).to(device)

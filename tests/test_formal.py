@@ -32,8 +32,16 @@ def row_convention(X, Z, W_q, b_q, W_k, b_k, W_v, b_v, mask=None):
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.integers(1, 5), st.integers(1, 5), st.integers(1, 6), st.integers(1, 6), st.integers(1, 4),
-       st.integers(1, 4), st.integers(0, 10**6), st.sampled_from(["none", "random", "unidirectional"]))
+@given(
+    st.integers(1, 5),
+    st.integers(1, 5),
+    st.integers(1, 6),
+    st.integers(1, 6),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(0, 10**6),
+    st.sampled_from(["none", "random", "unidirectional"]),
+)
 def test_attention_equals_row_convention(l_x, l_z, d_x, d_z, d_attn, d_out, seed, kind):
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(d_x, l_x, generator=g, dtype=torch.float64)
@@ -89,8 +97,15 @@ def mh_heads(H, d_x, d_z, d_attn, d_mid, seed):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(1, 4), st.integers(1, 5), st.integers(1, 5), st.integers(1, 3), st.integers(1, 3),
-       st.integers(1, 4), st.integers(0, 10**6))
+@given(
+    st.integers(1, 4),
+    st.integers(1, 5),
+    st.integers(1, 5),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(1, 4),
+    st.integers(0, 10**6),
+)
 def test_mh_attention_sum_over_heads_equals_concatenation(H, l_x, l_z, d_attn, d_mid, d_out, seed):
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(3, l_x, generator=g, dtype=torch.float64)
@@ -122,12 +137,17 @@ class TestErrors:
     def test_weight_shape(self):
         X = torch.zeros(3, 4)
         W_q, b_q, W_k, b_k, W_v, b_v = weights(3, 3, 2, 2, seed=0, dtype=torch.float32)
-        with pytest.raises(ValueError, match=r"W_k has shape \(2, 3\) but its input has 5 features"):
+        with pytest.raises(
+            ValueError, match=r"Z \(d_z, l_z\) and W_k \(d_attn, d_z\) must share d_z, got Z \(5, 4\) and W_k \(2, 3\)"
+        ):
             formal.attention(X, torch.zeros(5, 4), W_q, b_q, W_k, b_k, W_v, b_v)
 
     def test_bias_shape(self):
         W_q, b_q, W_k, b_k, W_v, b_v = weights(3, 3, 2, 2, seed=0, dtype=torch.float32)
-        with pytest.raises(ValueError, match=r"b_q has shape \(3,\) but W_q has shape \(2, 3\)"):
+        with pytest.raises(
+            ValueError,
+            match=r"W_q \(d_attn, d_x\) and b_q \(d_attn,\) must share d_attn, got W_q \(2, 3\) and b_q \(3,\)",
+        ):
             formal.attention(torch.zeros(3, 4), torch.zeros(3, 4), W_q, torch.zeros(3), W_k, b_k, W_v, b_v)
 
     def test_row_convention_input(self):
@@ -137,7 +157,7 @@ class TestErrors:
 
     def test_mask_shape_is_context_by_primary(self):
         params = weights(3, 3, 2, 2, seed=0, dtype=torch.float32)
-        with pytest.raises(ValueError, match=r"\(l_z, l_x\) = \(5, 4\)"):
+        with pytest.raises(ValueError, match=r"and mask \(l_z, l_x\) must share l_z, got Z \(3, 5\) and mask \(4, 5\)"):
             formal.attention(torch.zeros(3, 4), torch.zeros(3, 5), *params, mask=torch.ones(4, 5))
 
     def test_mask_values(self):
@@ -149,7 +169,9 @@ class TestErrors:
         heads = mh_heads(2, 3, 3, 2, 2, seed=0)
         X = torch.zeros(3, 4, dtype=torch.float64)
         with pytest.raises(ValueError, match=r"W_o has shape \(3, 5\) but the 2 heads output 4 rows"):
-            formal.mh_attention(X, X, heads, torch.zeros(3, 5, dtype=torch.float64), torch.zeros(3, dtype=torch.float64))
+            formal.mh_attention(
+                X, X, heads, torch.zeros(3, 5, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+            )
 
     def test_no_heads(self):
         with pytest.raises(ValueError, match="at least one"):

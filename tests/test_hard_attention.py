@@ -42,10 +42,20 @@ def argmax_loop(query, key, value, keep=None):
 
 
 @PROPERTY
-@given(n=st.integers(1, 6), m=st.integers(1, 7), d_k=st.integers(1, 5), d_v=st.integers(1, 4),
-       seed=st.integers(0, 10**6), masked=st.booleans())
+@given(
+    n=st.integers(1, 6),
+    m=st.integers(1, 7),
+    d_k=st.integers(1, 5),
+    d_v=st.integers(1, 4),
+    seed=st.integers(0, 10**6),
+    masked=st.booleans(),
+)
 def test_matches_an_explicit_argmax_loop(device, n, m, d_k, d_v, seed, masked):
-    q, k, v = draw(seed, n, d_k, device=device), draw(seed + 1, m, d_k, device=device), draw(seed + 2, m, d_v, device=device)
+    q, k, v = (
+        draw(seed, n, d_k, device=device),
+        draw(seed + 1, m, d_k, device=device),
+        draw(seed + 2, m, d_v, device=device),
+    )
     keep = None
     if masked:
         g = torch.Generator().manual_seed(seed + 3)
@@ -60,7 +70,11 @@ def test_matches_an_explicit_argmax_loop(device, n, m, d_k, d_v, seed, masked):
 @PROPERTY
 @given(n=st.integers(1, 5), m=st.integers(2, 8), d_k=st.integers(1, 6), seed=st.integers(0, 10**6))
 def test_is_the_limit_of_softmax_as_beta_grows(device, n, m, d_k, seed):
-    q, k, v = draw(seed, n, d_k, device=device), draw(seed + 1, m, d_k, device=device), draw(seed + 2, m, 3, device=device)
+    q, k, v = (
+        draw(seed, n, d_k, device=device),
+        draw(seed + 1, m, d_k, device=device),
+        draw(seed + 2, m, 3, device=device),
+    )
     scores = q @ k.T  # (n, m)
     top2 = scores.topk(2, dim=-1).values  # (n, 2)
     gap = float((top2[:, 0] - top2[:, 1]).min())
@@ -93,7 +107,9 @@ def test_ties_go_to_the_lowest_key_index(device, dtype):
     assert_close(softmax(q @ k.T, beta=1e3), torch.tensor([[0.0, 0.5, 0.5, 0.0]], dtype=dtype, device=device))
     # masking the first tied key moves the choice to the second
     keep = torch.tensor([[True, False, True, True]], device=device)
-    assert_close(hard_attention(q, k, v, mask=keep)[1], torch.tensor([[0.0, 0.0, 1.0, 0.0]], dtype=dtype, device=device))
+    assert_close(
+        hard_attention(q, k, v, mask=keep)[1], torch.tensor([[0.0, 0.0, 1.0, 0.0]], dtype=dtype, device=device)
+    )
 
 
 def test_exact_match_lookup_with_unit_keys(device, dtype):

@@ -31,9 +31,15 @@ def test_causal_mask_alignments(n, m):
         assert torch.equal(upper_left, lower_right)
 
 
-@pytest.mark.parametrize("args, kwargs, error", [
-    ((-1,), {}, ValueError), ((2.0,), {}, TypeError), ((3, True), {}, TypeError), ((3,), {"align": "left"}, ValueError),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, error",
+    [
+        ((-1,), {}, ValueError),
+        ((2.0,), {}, TypeError),
+        ((3, True), {}, TypeError),
+        ((3,), {"align": "left"}, ValueError),
+    ],
+)
 def test_causal_mask_errors(args, kwargs, error):
     with pytest.raises(error):
         causal_mask(*args, **kwargs)
@@ -47,13 +53,16 @@ def test_padding_mask(device):
     assert padding_mask([1, 2], 5).shape == (2, 5)
 
 
-@pytest.mark.parametrize("lengths, max_len, error, match", [
-    ([3, 6], 5, ValueError, r"\[0, max_len=5\]"),
-    ([-1], 5, ValueError, "lengths\\[0\\] must be >= 0"),
-    ([1.5], 5, TypeError, "lengths\\[0\\] must be an int"),
-    (torch.tensor([1.0, 2.0]), 5, TypeError, "1-D integer tensor"),
-    (torch.tensor([[1, 2]]), 5, TypeError, "1-D integer tensor"),
-])
+@pytest.mark.parametrize(
+    "lengths, max_len, error, match",
+    [
+        ([3, 6], 5, ValueError, r"\[0, max_len=5\]"),
+        ([-1], 5, ValueError, "lengths\\[0\\] must be >= 0"),
+        ([1.5], 5, TypeError, "lengths\\[0\\] must be an int"),
+        (torch.tensor([1.0, 2.0]), 5, TypeError, "1-D integer tensor"),
+        (torch.tensor([[1, 2]]), 5, TypeError, "1-D integer tensor"),
+    ],
+)
 def test_padding_mask_errors(lengths, max_len, error, match):
     with pytest.raises(error, match=match):
         padding_mask(lengths, max_len)

@@ -31,8 +31,9 @@ F64 = {"atol": 1e-6, "rtol": 1e-6}
 def torch_mha(embed_dim, num_heads, *, kdim=None, vdim=None, bias=True, dtype=torch.float64, device="cpu", seed=0):
     """A torch.nn.MultiheadAttention in eval mode with every parameter random (biases too, so that none is zero)."""
     torch.manual_seed(seed)
-    mha = torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias, kdim=kdim, vdim=vdim, batch_first=True,
-                                      dtype=dtype, device=device).eval()
+    mha = torch.nn.MultiheadAttention(
+        embed_dim, num_heads, bias=bias, kdim=kdim, vdim=vdim, batch_first=True, dtype=dtype, device=device
+    ).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in mha.parameters():
@@ -42,8 +43,10 @@ def torch_mha(embed_dim, num_heads, *, kdim=None, vdim=None, bias=True, dtype=to
 
 def inputs(batch, n, m, d_q, d_k, d_v, *, dtype=torch.float64, device="cpu", seed=1):
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(batch, rows, width, generator=g, dtype=dtype).to(device)
-                 for rows, width in ((n, d_q), (m, d_k), (m, d_v)))
+    return tuple(
+        torch.randn(batch, rows, width, generator=g, dtype=dtype).to(device)
+        for rows, width in ((n, d_q), (m, d_k), (m, d_v))
+    )
 
 
 def skip_without_float64(device):
@@ -54,7 +57,9 @@ def skip_without_float64(device):
 def compare_with_torch(mha, ours, query, key, value, *, ours_mask=None, tol, **torch_masks):
     """Outputs with and without weights, per-head and averaged weights, all equal to PyTorch's."""
     with torch.no_grad():
-        expected, expected_weights = mha(query, key, value, need_weights=True, average_attn_weights=False, **torch_masks)
+        expected, expected_weights = mha(
+            query, key, value, need_weights=True, average_attn_weights=False, **torch_masks
+        )
         expected_avg = mha(query, key, value, need_weights=True, **torch_masks)[1]
         expected_fast = mha(query, key, value, need_weights=False, **torch_masks)[0]
         out, weights = ours(query, key, value, mask=ours_mask, need_weights=True)
@@ -85,7 +90,11 @@ def test_equals_torch_without_mask(device, dtype, config):
     ours = MultiHeadAttention.from_torch(mha)
     assert ours.q_proj.weight.device.type == device.type and ours.q_proj.weight.dtype == dtype
     assert ours.bias == config.get("bias", True)
-    E, kdim, vdim = config["embed_dim"], config.get("kdim") or config["embed_dim"], config.get("vdim") or config["embed_dim"]
+    E, kdim, vdim = (
+        config["embed_dim"],
+        config.get("kdim") or config["embed_dim"],
+        config.get("vdim") or config["embed_dim"],
+    )
     tol = F64 if dtype == torch.float64 else tolerances(dtype)
     x, z_k, z_v = inputs(2, 5, 7, E, kdim, vdim, dtype=dtype, device=device)
     compare_with_torch(mha, ours, x, z_k, z_v, tol=tol)  # cross-attention (keys and values from another sequence)
@@ -124,19 +133,30 @@ def test_bool_masks_equal_torch_after_conversion(device, config):
     # (batch, heads, n, m): PyTorch wants (batch * heads, n, m), batch-major, head-minor
     keep4 = (torch.rand(batch, H, n, m, generator=g) > 0.5).to(device)
     keep4[..., 0] = True
-    compare_with_torch(mha, ours, x, z_k, z_v, ours_mask=keep4,
-                       attn_mask=keep_to_block(keep4).reshape(batch * H, n, m), tol=F64)
+    compare_with_torch(
+        mha, ours, x, z_k, z_v, ours_mask=keep4, attn_mask=keep_to_block(keep4).reshape(batch * H, n, m), tol=F64
+    )
 
     # padding: key_padding_mask (batch, m) with True = padding
     keep_pad = padding_mask([6, 2, 4], m, device=device)
-    out, weights = compare_with_torch(mha, ours, x, z_k, z_v, ours_mask=keep_pad[:, None, :],
-                                      key_padding_mask=keep_to_block(keep_pad), tol=F64)
+    out, weights = compare_with_torch(
+        mha, ours, x, z_k, z_v, ours_mask=keep_pad[:, None, :], key_padding_mask=keep_to_block(keep_pad), tol=F64
+    )
     assert (weights[1, :, :, 2:] == 0).all()  # sequence 1 has 2 real keys
 
     # padding and a causal mask together; the (batch, n, m) layout is shared by the heads
     keep_both = keep_pad[:, None, :] & causal_mask(n, m, device=device)  # (batch, n, m)
-    compare_with_torch(mha, ours, x, z_k, z_v, ours_mask=keep_both, attn_mask=keep_to_block(causal_mask(n, m, device=device)),
-                       key_padding_mask=keep_to_block(keep_pad), tol=F64)
+    compare_with_torch(
+        mha,
+        ours,
+        x,
+        z_k,
+        z_v,
+        ours_mask=keep_both,
+        attn_mask=keep_to_block(causal_mask(n, m, device=device)),
+        key_padding_mask=keep_to_block(keep_pad),
+        tol=F64,
+    )
 
     # float masks have one meaning everywhere (added to the scores)
     additive = keep_to_additive(keep, torch.float64)
@@ -212,7 +232,7 @@ def test_concat_then_project_equals_sum_over_heads(batch, heads, n, d_head, d_ou
     h = int(torch.randint(heads, (1,), generator=g))
     only_h = torch.zeros_like(heads_out)
     only_h[..., h, :, :] = heads_out[..., h, :, :]
-    block = W_o[:, h * d_head:(h + 1) * d_head]
+    block = W_o[:, h * d_head : (h + 1) * d_head]
     assert_close(concat_then_project(only_h, W_o), heads_out[..., h, :, :] @ block.T, atol=1e-10, rtol=1e-10)
 
 
@@ -228,9 +248,9 @@ def test_fused_projection_equals_per_head(batch, heads, n, d_head, d_in, bias, s
     assert_close(project_per_head(x, W, b, heads), fused, atol=1e-10, rtol=1e-10)
     W_h, b_h = head_weights(W, b, heads)
     for h in range(heads):  # head h is rows h * d_head ... (h + 1) * d_head - 1 of the fused matrix
-        expected = x @ W[h * d_head:(h + 1) * d_head].T + (0 if b is None else b[h * d_head:(h + 1) * d_head])
+        expected = x @ W[h * d_head : (h + 1) * d_head].T + (0 if b is None else b[h * d_head : (h + 1) * d_head])
         assert_close(fused[..., h, :, :], expected, atol=1e-10, rtol=1e-10)
-        assert torch.equal(W_h[h], W[h * d_head:(h + 1) * d_head])
+        assert torch.equal(W_h[h], W[h * d_head : (h + 1) * d_head])
 
 
 @settings(max_examples=40, deadline=None)
@@ -242,12 +262,21 @@ def test_split_and_merge_heads_are_inverse(batch, heads, n, d_head, seed):
     assert split.shape == (*batch, heads, n, d_head)
     assert torch.equal(merge_heads(split), x)
     for h in range(heads):
-        assert torch.equal(split[..., h, :, :], x[..., h * d_head:(h + 1) * d_head])
+        assert torch.equal(split[..., h, :, :], x[..., h * d_head : (h + 1) * d_head])
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 3), dims, dims, st.integers(1, 5), st.integers(1, 5), st.integers(1, 6), st.booleans(),
-       st.sampled_from(["none", "causal", "random"]), st.integers(0, 10**6))
+@given(
+    st.integers(1, 3),
+    dims,
+    dims,
+    st.integers(1, 5),
+    st.integers(1, 5),
+    st.integers(1, 6),
+    st.booleans(),
+    st.sampled_from(["none", "causal", "random"]),
+    st.integers(0, 10**6),
+)
 def test_formal_mh_attention_equals_module_after_transposes(batch, heads, d_head, l_x, l_z, d_z, bias, kind, seed):
     """formal.mh_attention (tokens as columns, sum over heads) is MultiHeadAttention with everything transposed."""
     d_model = heads * d_head
@@ -285,8 +314,9 @@ def test_formal_mh_attention_equals_module_after_transposes(batch, heads, d_head
 
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
 def test_parameter_count(config):
-    formula = mha_parameter_count(config["embed_dim"], kdim=config.get("kdim"), vdim=config.get("vdim"),
-                                  bias=config.get("bias", True))
+    formula = mha_parameter_count(
+        config["embed_dim"], kdim=config.get("kdim"), vdim=config.get("vdim"), bias=config.get("bias", True)
+    )
     mha = torch_mha(**config)
     assert sum(p.numel() for p in MultiHeadAttention.from_torch(mha).parameters()) == formula
     assert sum(p.numel() for p in mha.parameters()) == formula
@@ -304,8 +334,9 @@ def test_flop_formula_against_flop_counter(heads, n, m, kdim, vdim):
 
 def test_cost_formulas_do_not_depend_on_heads():
     assert len({mha_parameter_count(64) for _ in (1, 2, 4)}) == 1
-    assert sum(p.numel() for p in MultiHeadAttention(64, 1).parameters()) == \
-        sum(p.numel() for p in MultiHeadAttention(64, 16).parameters())
+    assert sum(p.numel() for p in MultiHeadAttention(64, 1).parameters()) == sum(
+        p.numel() for p in MultiHeadAttention(64, 16).parameters()
+    )
 
 
 # ---------------------------------------------------------------- errors
@@ -331,11 +362,13 @@ def test_constructor_errors():
 def test_input_errors():
     ours = MultiHeadAttention(8, 2, kdim=5, vdim=3, dtype=torch.float64)
     x, z_k, z_v = inputs(2, 4, 6, 8, 5, 3)
-    with pytest.raises(ValueError, match=r"query \(batch, n, embed_dim\) must have last dimension 8, got shape \(2, 4, 5\)"):
+    with pytest.raises(
+        ValueError, match=r"query \(batch, n, embed_dim\) must have embed_dim = 8, got shape \(2, 4, 5\)"
+    ):
         ours(z_k[:, :4], z_k, z_v)
-    with pytest.raises(ValueError, match=r"key \(batch, m, kdim\) must have last dimension 5"):
+    with pytest.raises(ValueError, match=r"key \(batch, m, kdim\) must have kdim = 5"):
         ours(x, z_v, z_v)
-    with pytest.raises(ValueError, match=r"value \(batch, m, vdim\) must have last dimension 3"):
+    with pytest.raises(ValueError, match=r"value \(batch, m, vdim\) must have vdim = 3"):
         ours(x, z_k, z_k)
     with pytest.raises(ValueError, match="exactly 3 dimensions"):
         ours(x[0], z_k[0], z_v[0])
@@ -349,15 +382,18 @@ def test_input_errors():
         ours(x.long(), z_k, z_v)
 
 
-@pytest.mark.parametrize("shape, match", [
-    ((4, 7), r"read as \(n, m\) = \(4, 6\)"),
-    ((6, 4), r"read as \(n, m\) = \(4, 6\)"),  # transposed
-    ((2, 4, 4, 6), r"read as \(batch, heads, n, m\) = \(2, 2, 4, 6\)"),
-    ((3, 4, 6), r"read as \(batch, n, m\) = \(2, 4, 6\)"),
-    ((6,), "2, 3 or 4 dimensions"),
-    ((1, 2, 1, 4, 6), "2, 3 or 4 dimensions"),
-    ((2, 6), r"read as \(n, m\)"),  # a padding mask without its query axis
-])
+@pytest.mark.parametrize(
+    "shape, match",
+    [
+        ((4, 7), r"read as \(n, m\) = \(4, 6\)"),
+        ((6, 4), r"read as \(n, m\) = \(4, 6\)"),  # transposed
+        ((2, 4, 4, 6), r"read as \(batch, heads, n, m\) = \(2, 2, 4, 6\)"),
+        ((3, 4, 6), r"read as \(batch, n, m\) = \(2, 4, 6\)"),
+        ((6,), "2, 3 or 4 dimensions"),
+        ((1, 2, 1, 4, 6), "2, 3 or 4 dimensions"),
+        ((2, 6), r"read as \(n, m\)"),  # a padding mask without its query axis
+    ],
+)
 def test_mask_shape_errors(shape, match):
     ours = MultiHeadAttention(8, 2, dtype=torch.float64)
     x, z, _ = inputs(2, 4, 6, 8, 8, 8)
@@ -388,9 +424,13 @@ def test_head_helper_errors():
         split_heads(torch.zeros(2, 3, 6), 4)
     with pytest.raises(ValueError, match="at least 3 dimensions"):
         merge_heads(torch.zeros(3, 4))
-    with pytest.raises(ValueError, match=r"W_o \(d_out, heads \* d_head\) has shape \(5, 7\)"):
+    with pytest.raises(
+        ValueError, match=r"W_o \(d_out, heads \* d_head\) must share heads \* d_head = 6, got .* W_o \(5, 7\)"
+    ):
         concat_then_project(torch.zeros(2, 3, 3), torch.zeros(5, 7))
-    with pytest.raises(ValueError, match=r"x \(..., n, d_in\) has d_in = 4"):
+    with pytest.raises(
+        ValueError, match=r"x \(\.\.\., n, d_in\) and weight .* must share d_in, got x \(3, 4\) and weight \(6, 5\)"
+    ):
         project_heads(torch.zeros(3, 4), torch.zeros(6, 5), None, 2)
-    with pytest.raises(ValueError, match="bias must have shape"):
+    with pytest.raises(ValueError, match=r"and bias \(num_heads \* d_head,\) must share num_heads \* d_head = 6"):
         head_weights(torch.zeros(6, 5), torch.zeros(5), 2)

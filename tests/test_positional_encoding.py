@@ -71,7 +71,9 @@ def test_frequencies_and_wavelengths(device, d_model, base):
     wavelength = 2 * math.pi / w
     # the first pair has wavelength 2 pi, the last 2 pi base^((d-2)/d) < 2 pi base
     assert_close(wavelength[0], torch.tensor(2 * math.pi, dtype=F64, device=device))
-    assert_close(wavelength[-1], torch.tensor(2 * math.pi * base ** ((d_model - 2) / d_model), dtype=F64, device=device))
+    assert_close(
+        wavelength[-1], torch.tensor(2 * math.pi * base ** ((d_model - 2) / d_model), dtype=F64, device=device)
+    )
     assert bool((wavelength < 2 * math.pi * base).all())
     # a geometric progression with ratio base^(2/d): the frequencies decrease when base > 1
     ratios = wavelength[1:] / wavelength[:-1]
@@ -85,12 +87,14 @@ def test_frequencies_and_wavelengths(device, d_model, base):
 def test_pair_rotation_shifts_one_pair_by_delta(device, i, delta, frequency):
     R = pair_rotation(delta, torch.tensor(frequency, dtype=F64, device=device))  # (2, 2)
     pair = torch.tensor([math.sin(i * frequency), math.cos(i * frequency)], dtype=F64, device=device)
-    shifted = torch.tensor([math.sin((i + delta) * frequency), math.cos((i + delta) * frequency)],
-                           dtype=F64, device=device)
+    shifted = torch.tensor(
+        [math.sin((i + delta) * frequency), math.cos((i + delta) * frequency)], dtype=F64, device=device
+    )
     assert_close(R @ pair, shifted, atol=1e-9, rtol=0)
     # the transpose (the counter-clockwise rotation, right for a (cos, sin) pair) goes to i - delta
-    back = torch.tensor([math.sin((i - delta) * frequency), math.cos((i - delta) * frequency)],
-                        dtype=F64, device=device)
+    back = torch.tensor(
+        [math.sin((i - delta) * frequency), math.cos((i - delta) * frequency)], dtype=F64, device=device
+    )
     assert_close(R.T @ pair, back, atol=1e-9, rtol=0)
 
 
@@ -101,7 +105,7 @@ def test_shift_matrix_maps_every_position_i_to_i_plus_delta(device, n, d_model, 
     M = shift_matrix(delta, d_model, base, device=device, dtype=F64)  # (d_model, d_model)
     lo, hi = max(0, -delta), min(n, n - delta)  # the positions i with i and i + delta both in range
     if lo < hi:
-        assert_close(P[lo + delta:hi + delta], P[lo:hi] @ M.T, atol=1e-9, rtol=0)
+        assert_close(P[lo + delta : hi + delta], P[lo:hi] @ M.T, atol=1e-9, rtol=0)
     # beyond the table as well: the encoding of position i + delta computed directly
     far = sinusoidal_encoding(2 * abs(delta) + 1, d_model, base, device=device, dtype=F64)
     start = abs(delta)

@@ -42,14 +42,21 @@ def general_loop(Q, K, W):
     e = torch.zeros(Q.shape[0], K.shape[0], dtype=F64)
     for i in range(Q.shape[0]):
         for j in range(K.shape[0]):
-            e[i, j] = sum(float(Q[i, b]) * float(W[b, c]) * float(K[j, c])
-                          for b in range(W.shape[0]) for c in range(W.shape[1]))
+            e[i, j] = sum(
+                float(Q[i, b]) * float(W[b, c]) * float(K[j, c]) for b in range(W.shape[0]) for c in range(W.shape[1])
+            )
     return e
 
 
 @PROPERTY
-@given(n=st.integers(1, 5), m=st.integers(1, 5), d_q=st.integers(1, 4), d_k=st.integers(1, 4), h=st.integers(1, 5),
-       seed=st.integers(0, 10**6))
+@given(
+    n=st.integers(1, 5),
+    m=st.integers(1, 5),
+    d_q=st.integers(1, 4),
+    d_k=st.integers(1, 4),
+    h=st.integers(1, 5),
+    seed=st.integers(0, 10**6),
+)
 def test_additive_scores_match_loops(device, n, m, d_q, d_k, h, seed):
     g = torch.Generator().manual_seed(seed)
     Q, K = randn(g, n, d_q, device=device), randn(g, m, d_k, device=device)
@@ -60,7 +67,9 @@ def test_additive_scores_match_loops(device, n, m, d_q, d_k, h, seed):
 
 
 @PROPERTY
-@given(n=st.integers(1, 5), m=st.integers(1, 5), d_q=st.integers(1, 4), d_k=st.integers(1, 4), seed=st.integers(0, 10**6))
+@given(
+    n=st.integers(1, 5), m=st.integers(1, 5), d_q=st.integers(1, 4), d_k=st.integers(1, 4), seed=st.integers(0, 10**6)
+)
 def test_general_scores_match_loops(device, n, m, d_q, d_k, seed):
     g = torch.Generator().manual_seed(seed)
     Q, K, W = randn(g, n, d_q, device=device), randn(g, m, d_k, device=device), randn(g, d_q, d_k, device=device)
@@ -72,8 +81,11 @@ def test_general_scores_match_loops(device, n, m, d_q, d_k, seed):
 def test_batch_dimensions(device, dtype):
     g = torch.Generator().manual_seed(1)
     Q, K = randn(g, 2, 3, 4, 5, device=device, dtype=dtype), randn(g, 2, 1, 6, 3, device=device, dtype=dtype)
-    W_q, W_k, w_v = (randn(g, 7, 5, device=device, dtype=dtype), randn(g, 7, 3, device=device, dtype=dtype),
-                     randn(g, 7, device=device, dtype=dtype))
+    W_q, W_k, w_v = (
+        randn(g, 7, 5, device=device, dtype=dtype),
+        randn(g, 7, 3, device=device, dtype=dtype),
+        randn(g, 7, device=device, dtype=dtype),
+    )
     W = randn(g, 5, 3, device=device, dtype=dtype)
     e_add, e_gen = additive_scores(Q, K, W_q, W_k, w_v), general_scores(Q, K, W)
     assert e_add.shape == e_gen.shape == (2, 3, 4, 6)
@@ -108,9 +120,12 @@ def test_additive_needs_the_pairwise_broadcast(device):
 def test_additive_bad_shapes():
     Q, K = torch.zeros(3, 4), torch.zeros(5, 2)
     W_q, W_k, w_v = torch.zeros(6, 4), torch.zeros(6, 2), torch.zeros(6)
-    with pytest.raises(ValueError, match="W_q must be"):
+    with pytest.raises(
+        ValueError,
+        match=r"query \(\.\.\., n, d_q\) and W_q \(h, d_q\) must share d_q, got query \(3, 4\) and W_q \(6, 3\)",
+    ):
         additive_scores(Q, K, torch.zeros(6, 3), W_k, w_v)
-    with pytest.raises(ValueError, match="W_q must be"):
+    with pytest.raises(ValueError, match=r"key \(\.\.\., m, d_k\) and W_k \(h, d_k\) must share d_k"):
         additive_scores(Q, K, W_q, torch.zeros(6, 4), w_v)
     with pytest.raises(ValueError, match="hidden width h"):
         additive_scores(Q, K, W_q, W_k, torch.zeros(5))
@@ -130,7 +145,7 @@ def test_additive_bad_shapes():
 
 def test_general_bad_shapes():
     Q, K = torch.zeros(3, 4), torch.zeros(5, 2)
-    with pytest.raises(ValueError, match=r"\(d_q, d_k\) = \(4, 2\)"):
+    with pytest.raises(ValueError, match=r"and W \(d_q, d_k\) must share d_q, got query \(3, 4\) and W \(2, 4\)"):
         general_scores(Q, K, torch.zeros(2, 4))
     with pytest.raises(ValueError, match="W must have exactly 2"):
         general_scores(Q, K, torch.zeros(4))

@@ -34,8 +34,9 @@ def test_huge_scores_do_not_overflow(device, dtype):
     scores = torch.tensor([[1e4, 1e4 - 1.0, -1e4], [3e38, 3e38, 0.0]], dtype=dtype, device=device)
     weights = softmax(scores)
     assert torch.isfinite(weights).all()
-    expected = torch.tensor([[1 / (1 + math.exp(-1)), math.exp(-1) / (1 + math.exp(-1)), 0.0], [0.5, 0.5, 0.0]],
-                            dtype=dtype, device=device)
+    expected = torch.tensor(
+        [[1 / (1 + math.exp(-1)), math.exp(-1) / (1 + math.exp(-1)), 0.0], [0.5, 0.5, 0.0]], dtype=dtype, device=device
+    )
     assert_close(weights, expected, **tolerances(dtype))
     # the naive formula really does overflow here, so the test exercises the stabilisation
     naive = torch.exp(scores) / torch.exp(scores).sum(-1, keepdim=True)
@@ -80,8 +81,9 @@ def test_rejects_bad_beta(beta):
         softmax(torch.zeros(3), beta=beta)
 
 
-finite_rows = arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(1, 6)),
-                     elements=st.floats(-1e3, 1e3, allow_nan=False))
+finite_rows = arrays(
+    np.float64, st.tuples(st.integers(1, 4), st.integers(1, 6)), elements=st.floats(-1e3, 1e3, allow_nan=False)
+)
 
 
 @settings(max_examples=60, deadline=None)

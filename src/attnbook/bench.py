@@ -2,16 +2,21 @@
 
 Run ``python -m attnbook.bench`` (or ``make bench``); ``--quick`` runs a small smoke version.
 One run times, on one device, for several (batch, heads, n, d_head), with and without a causal
-mask, and prints a table of ratios (ours / reference; below 1 is faster):
+mask, and prints a table of ratios (ours / reference; below 1 is faster). Targets are set only
+where a user feels the ratio, on the paths meant to be fast:
 
 * ``attention(need_weights=False)`` / ``scaled_dot_product_attention`` with the same mask
-  (target 1.1x);
-* ``attention`` with weights / a plain matmul-softmax-matmul in torch, which also returns the
-  weights (target 1.3x);
-* ``tiled_attention`` / each of those two (no target: it is written in Python, one tile at a
-  time, to save memory, not time);
+  (target 1.1x: the fused path costs no more than calling the kernel directly);
 * ``MultiHeadAttention`` / ``torch.nn.MultiheadAttention`` with the same weights, self-attention,
   no weights returned (target 1.2x).
+
+Reported without a target:
+
+* ``attention`` with weights / a plain matmul-softmax-matmul in torch, which also returns the
+  weights: the explicit path is the formula written out, a reference to read, not a fast path
+  (its softmax also turns fully masked rows into zeros, where the plain one gives nan);
+* ``tiled_attention`` / each of those two: it is written in Python, one tile at a time, to
+  save memory, not time.
 
 Timing: every function of a case runs once or twice to warm up, then the functions run in
 interleaved rounds (each round calls each once, in rotating order, so that a burst of load from
@@ -45,9 +50,8 @@ from .masks import causal_mask, keep_to_block
 from .memory import peak_memory_bytes
 from .tiled_attention import tiled_attention
 
-TARGET_FAST = 1.1
-TARGET_WEIGHTS = 1.3
-TARGET_MHA = 1.2
+TARGET_FAST = 1.1  # attention(need_weights=False) / scaled_dot_product_attention
+TARGET_MHA = 1.2  # MultiHeadAttention / nn.MultiheadAttention
 
 # (batch, heads, n, d_head)
 FULL_SHAPES = [(8, 8, 128, 64), (4, 8, 512, 64), (2, 8, 1024, 64), (1, 4, 4096, 64)]
@@ -118,7 +122,7 @@ def time_interleaved(
     rounds = max(min_rounds, min(60, int(budget_s / max(per_round, 1e-9))))
     samples: dict[str, list[float]] = {name: [] for name in names}
     for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
             _synchronize(device)
             t0 = time.perf_counter()
@@ -128,10 +132,25 @@ def time_interleaved(
     return samples
 
 
-def _row(comparison: str, ours: list[float], ref: list[float], target: float | None,
-         ours_mib: float | None, ref_mib: float | None, **common: str) -> Row:
-    return Row(comparison=comparison, ours_ms=statistics.median(ours) * 1e3, ref_ms=statistics.median(ref) * 1e3,
-               target=target, min_ratio=min(ours) / min(ref), ours_mib=ours_mib, ref_mib=ref_mib, **common)
+def _row(
+    comparison: str,
+    ours: list[float],
+    ref: list[float],
+    target: float | None,
+    ours_mib: float | None,
+    ref_mib: float | None,
+    **common: str,
+) -> Row:
+    return Row(
+        comparison=comparison,
+        ours_ms=statistics.median(ours) * 1e3,
+        ref_ms=statistics.median(ref) * 1e3,
+        target=target,
+        min_ratio=min(ours) / min(ref),
+        ours_mib=ours_mib,
+        ref_mib=ref_mib,
+        **common,
+    )
 
 
 def _peaks(fns: dict[str, Callable[[], object]], device: torch.device, enabled: bool) -> dict[str, float | None]:
@@ -141,8 +160,14 @@ def _peaks(fns: dict[str, Callable[[], object]], device: torch.device, enabled: 
 
 
 def attention_rows(
-    shape: tuple[int, int, int, int], causal: bool, dtype: torch.dtype, device: torch.device,
-    *, min_rounds: int, budget_s: float, memory: bool,
+    shape: tuple[int, int, int, int],
+    causal: bool,
+    dtype: torch.dtype,
+    device: torch.device,
+    *,
+    min_rounds: int,
+    budget_s: float,
+    memory: bool,
 ) -> list[Row]:
     """The attention rows of one case (batch, heads, n, d_head)."""
     batch, heads, n, d_head = shape
@@ -166,15 +191,22 @@ def attention_rows(
 
     return [
         row("attention(need_weights=False) / SDPA", "fast", "sdpa", TARGET_FAST),
-        row("attention(need_weights=True) / plain torch", "weights", "plain", TARGET_WEIGHTS),
+        row("attention(need_weights=True) / plain torch", "weights", "plain", None),
         row("tiled_attention / SDPA", "tiled", "sdpa", None),
         row("tiled_attention / plain torch", "tiled", "plain", None),
     ]
 
 
 def mha_rows(
-    shape: tuple[int, int, int, int], causal: bool, dtype: torch.dtype, device: torch.device,
-    *, min_rounds: int, budget_s: float, memory: bool, module: type,
+    shape: tuple[int, int, int, int],
+    causal: bool,
+    dtype: torch.dtype,
+    device: torch.device,
+    *,
+    min_rounds: int,
+    budget_s: float,
+    memory: bool,
+    module: type,
 ) -> list[Row]:
     """The multi-head rows of one case (batch, n, embed_dim, heads): self-attention, no weights."""
     batch, n, embed_dim, heads = shape
@@ -191,9 +223,19 @@ def mha_rows(
     }
     times = time_interleaved(fns, device, min_rounds=min_rounds, budget_s=budget_s)
     peaks = _peaks(fns, device, memory)
-    return [_row("MultiHeadAttention / nn.MultiheadAttention", times["ours"], times["torch"], TARGET_MHA,
-                 peaks["ours"], peaks["torch"], case=f"MHA {shape}", mask="causal" if causal else "none",
-                 dtype=str(dtype).replace("torch.", ""))]
+    return [
+        _row(
+            "MultiHeadAttention / nn.MultiheadAttention",
+            times["ours"],
+            times["torch"],
+            TARGET_MHA,
+            peaks["ours"],
+            peaks["torch"],
+            case=f"MHA {shape}",
+            mask="causal" if causal else "none",
+            dtype=str(dtype).replace("torch.", ""),
+        )
+    ]
 
 
 def _mib(x: float | None) -> str:
@@ -202,17 +244,44 @@ def _mib(x: float | None) -> str:
 
 def format_table(rows: list[Row]) -> str:
     """The rows as a fixed-width text table."""
-    header = ("case", "mask", "dtype", "comparison (ours / reference)", "ours ms", "ref ms", "ratio", "target",
-              "", "min ratio", "peak MiB ours", "ref")
-    lines = [(r.case, r.mask, r.dtype, r.comparison, f"{r.ours_ms:.2f}", f"{r.ref_ms:.2f}", f"{r.ratio:.2f}",
-              "-" if r.target is None else f"{r.target:.1f}", r.verdict, f"{r.min_ratio:.2f}", _mib(r.ours_mib),
-              _mib(r.ref_mib))
-             for r in rows]
+    header = (
+        "case",
+        "mask",
+        "dtype",
+        "comparison (ours / reference)",
+        "ours ms",
+        "ref ms",
+        "ratio",
+        "target",
+        "",
+        "min ratio",
+        "peak MiB ours",
+        "ref",
+    )
+    lines = [
+        (
+            r.case,
+            r.mask,
+            r.dtype,
+            r.comparison,
+            f"{r.ours_ms:.2f}",
+            f"{r.ref_ms:.2f}",
+            f"{r.ratio:.2f}",
+            "-" if r.target is None else f"{r.target:.1f}",
+            r.verdict,
+            f"{r.min_ratio:.2f}",
+            _mib(r.ours_mib),
+            _mib(r.ref_mib),
+        )
+        for r in rows
+    ]
     widths = [max(len(str(x)) for x in column) for column in zip(header, *lines)]
     right = {4, 5, 6, 7, 9, 10, 11}
 
     def fmt(cells):
-        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(
+            str(c).rjust(w) if i in right else str(c).ljust(w) for i, (c, w) in enumerate(zip(cells, widths))
+        )
 
     rule = "-" * len(fmt(header))
     return "\n".join([fmt(header), rule, *map(fmt, lines)])
@@ -234,9 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnbook.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small shapes and few rounds: a smoke run")
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: attnbook.default_device())")
-    parser.add_argument("--dtypes", default=None,
-                        help="comma-separated, e.g. float32,bfloat16 (default: float32 on CPU; "
-                             "float32,bfloat16,float16 on CUDA)")
+    parser.add_argument(
+        "--dtypes",
+        default=None,
+        help="comma-separated, e.g. float32,bfloat16 (default: float32 on CPU; float32,bfloat16,float16 on CUDA)",
+    )
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")
     parser.add_argument("--check", action="store_true", help="exit with status 1 if a target is missed")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N) first (CPU)")
@@ -254,10 +325,14 @@ def main(argv: list[str] | None = None) -> int:
     timing = {"min_rounds": 3 if args.quick else 7, "budget_s": 0.2 if args.quick else 2.5, "memory": memory}
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
-    print(f"attnbook.bench on {name}: torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"dtypes {', '.join(str(d).replace('torch.', '') for d in dtypes)}{', quick' if args.quick else ''}")
-    print("times: median ms per call over interleaved rounds after warm-up, under torch.no_grad(); "
-          "ratio = ours / reference (of the medians); min ratio = the same of the fastest rounds")
+    print(
+        f"attnbook.bench on {name}: torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"dtypes {', '.join(str(d).replace('torch.', '') for d in dtypes)}{', quick' if args.quick else ''}"
+    )
+    print(
+        "times: median ms per call over interleaved rounds after warm-up, under torch.no_grad(); "
+        "ratio = ours / reference (of the medians); min ratio = the same of the fastest rounds"
+    )
     if memory:
         how = "torch.cuda.max_memory_allocated" if device.type == "cuda" else "allocator events of torch.profiler"
         print(f"peak MiB: bytes allocated by the call beyond its inputs ({how}), one untimed call")
@@ -285,15 +360,19 @@ def main(argv: list[str] | None = None) -> int:
     targeted = [r for r in rows if r.target is not None]
     missed = [r for r in targeted if r.verdict == "MISS"]
     print()
-    print(f"targets met: {len(targeted) - len(missed)} of {len(targeted)} "
-          f"(attention without weights <= {TARGET_FAST}x SDPA, with weights <= {TARGET_WEIGHTS}x plain torch, "
-          f"MultiHeadAttention <= {TARGET_MHA}x nn.MultiheadAttention); "
-          f"benchmark took {time.perf_counter() - started:.0f} s")
+    print(
+        f"targets met: {len(targeted) - len(missed)} of {len(targeted)} "
+        f"(attention without weights <= {TARGET_FAST}x SDPA, MultiHeadAttention <= {TARGET_MHA}x "
+        f"nn.MultiheadAttention; the other rows are reported without a target); "
+        f"benchmark took {time.perf_counter() - started:.0f} s"
+    )
     for r in missed:
         print(f"  missed: {r.case} {r.mask} {r.dtype} {r.comparison}: {r.ratio:.2f} > {r.target}")
     if args.quick:
-        print("quick run: calls of well under a millisecond, where Python overhead and other processes' load "
-              "dominate; the targets are meant for the full run")
+        print(
+            "quick run: calls of well under a millisecond, where Python overhead and other processes' load "
+            "dominate; the targets are meant for the full run"
+        )
     return 1 if args.check and missed else 0
 
 

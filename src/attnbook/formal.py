@@ -17,33 +17,9 @@ from collections.abc import Sequence
 
 import torch
 
-from ._checks import check_floating, check_ndim, check_same_dtype_device
 from .masks import causal_mask
 from .softmax import softmax
-
-
-def _check_affine(name: str, W: torch.Tensor, b: torch.Tensor, d_in: int, in_name: str) -> None:
-    """W must be (d_out, d_in) and b must be (d_out,)."""
-    check_floating(f"W_{name}", W)
-    check_floating(f"b_{name}", b)
-    check_ndim(f"W_{name}", W, 2, f"(d_{name}_out, {in_name})")
-    check_ndim(f"b_{name}", b, 1, f"(d_{name}_out,)")
-    if W.shape[1] != d_in:
-        raise ValueError(
-            f"W_{name} has shape {tuple(W.shape)} but its input has {d_in} features ({in_name} = {d_in})"
-        )
-    if b.shape[0] != W.shape[0]:
-        raise ValueError(f"b_{name} has shape {tuple(b.shape)} but W_{name} has shape {tuple(W.shape)}")
-
-
-def _check_qkv_weights(W_q, b_q, W_k, b_k, W_v, b_v, d_x: int, d_z: int) -> None:
-    _check_affine("q", W_q, b_q, d_x, "d_x")
-    _check_affine("k", W_k, b_k, d_z, "d_z")
-    _check_affine("v", W_v, b_v, d_z, "d_z")
-    if W_q.shape[0] != W_k.shape[0]:
-        raise ValueError(
-            f"W_q {tuple(W_q.shape)} and W_k {tuple(W_k.shape)} must map to the same d_attn"
-        )
+from .validators import check_formal_heads, check_shapes, check_values
 
 
 # q = W_q x + b_q,  k_t = W_k z_t + b_k,  v_t = W_v z_t + b_v
@@ -73,32 +49,21 @@ def single_query_attention(
     Returns:
         The output vector, (d_out,).
     """
-    check_floating("x", x)
-    check_floating("z", z)
-    check_ndim("x", x, 1, "(d_x,)")
-    check_ndim("z", z, 2, "(d_z, T)")
-    check_same_dtype_device(x=x, z=z, W_q=W_q, b_q=b_q, W_k=W_k, b_k=b_k, W_v=W_v, b_v=b_v)
-    _check_qkv_weights(W_q, b_q, W_k, b_k, W_v, b_v, x.shape[0], z.shape[0])
+    check_shapes(
+        x=(x, "(d_x,)"),
+        z=(z, "(d_z, T)"),
+        W_q=(W_q, "(d_attn, d_x)"),
+        b_q=(b_q, "(d_attn,)"),
+        W_k=(W_k, "(d_attn, d_z)"),
+        b_k=(b_k, "(d_attn,)"),
+        W_v=(W_v, "(d_out, d_z)"),
+        b_v=(b_v, "(d_out,)"),
+    )
     q = W_q @ x + b_q  # (d_attn, d_x) @ (d_x,) -> (d_attn,)
     k = W_k @ z + b_k[:, None]  # (d_attn, d_z) @ (d_z, T) -> (d_attn, T), column t is k_t
     v = W_v @ z + b_v[:, None]  # (d_out, d_z) @ (d_z, T) -> (d_out, T), column t is v_t
     a = softmax(k.T @ q / math.sqrt(q.shape[0]), dim=0)  # (T, d_attn) @ (d_attn,) -> (T,)
     return v @ a  # (d_out, T) @ (T,) -> (d_out,)
-
-
-def _check_formal_mask(mask: torch.Tensor, l_z: int, l_x: int) -> torch.Tensor:
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor of 0s and 1s, got {type(mask).__name__}")
-    if tuple(mask.shape) != (l_z, l_x):
-        raise ValueError(
-            f"mask must have shape (l_z, l_x) = ({l_z}, {l_x}) (rows = context tokens, columns = "
-            f"primary tokens), got {tuple(mask.shape)}"
-        )
-    if mask.dtype != torch.bool:
-        if not bool(((mask == 0) | (mask == 1)).all()):
-            raise ValueError("mask must contain only 0 and 1 (1 = context token may be attended to)")
-        mask = mask == 1
-    return mask
 
 
 # Q = W_q X + b_q 1^T,  K = W_k Z + b_k 1^T,  V = W_v Z + b_v 1^T
@@ -132,19 +97,25 @@ def attention(
     Returns:
         (d_out, l_x): column t' is the output for primary token t'.
     """
-    check_floating("X", X)
-    check_floating("Z", Z)
-    check_ndim("X", X, 2, "(d_x, l_x)")
-    check_ndim("Z", Z, 2, "(d_z, l_z)")
-    check_same_dtype_device(X=X, Z=Z, W_q=W_q, b_q=b_q, W_k=W_k, b_k=b_k, W_v=W_v, b_v=b_v)
-    _check_qkv_weights(W_q, b_q, W_k, b_k, W_v, b_v, X.shape[0], Z.shape[0])
+    check_shapes(
+        X=(X, "(d_x, l_x)"),
+        Z=(Z, "(d_z, l_z)"),
+        W_q=(W_q, "(d_attn, d_x)"),
+        b_q=(b_q, "(d_attn,)"),
+        W_k=(W_k, "(d_attn, d_z)"),
+        b_k=(b_k, "(d_attn,)"),
+        W_v=(W_v, "(d_out, d_z)"),
+        b_v=(b_v, "(d_out,)"),
+        mask=(mask, "(l_z, l_x)", "any"),
+    )
+    if mask is not None:
+        check_values("mask", mask, (0, 1), " (1 = the context token may be attended to)")
     Q = W_q @ X + b_q[:, None]  # (d_attn, d_x) @ (d_x, l_x) -> (d_attn, l_x)
     K = W_k @ Z + b_k[:, None]  # (d_attn, d_z) @ (d_z, l_z) -> (d_attn, l_z)
     V = W_v @ Z + b_v[:, None]  # (d_out, d_z) @ (d_z, l_z) -> (d_out, l_z)
     S = K.T @ Q / math.sqrt(Q.shape[0])  # (l_z, d_attn) @ (d_attn, l_x) -> (l_z, l_x)
     if mask is not None:
-        mask = _check_formal_mask(mask, Z.shape[1], X.shape[1])
-        S = S.masked_fill(~mask.to(S.device), -math.inf)
+        S = S.masked_fill(mask == 0, -math.inf)  # (l_z, l_x): M_tt' = 0 blocks context token t for primary token t'
     A = softmax(S, dim=0)  # (l_z, l_x), each column sums to 1
     return V @ A  # (d_out, l_z) @ (l_z, l_x) -> (d_out, l_x)
 
@@ -175,36 +146,13 @@ def mh_attention(
     Returns:
         (d_out, l_x).
     """
-    heads = list(heads)
-    if not heads:
-        raise ValueError("heads must hold at least one (W_q, b_q, W_k, b_k, W_v, b_v) tuple")
-    for h, params in enumerate(heads):
-        if len(params) != 6:
-            raise ValueError(f"heads[{h}] must be (W_q, b_q, W_k, b_k, W_v, b_v), got {len(params)} items")
-    d_mid = [params[4].shape[0] for params in heads]
-    if isinstance(W_o, torch.Tensor):
-        check_floating("W_o", W_o)
-        check_ndim("W_o", W_o, 2, "(d_out, H * d_mid)")
-        if W_o.shape[1] != sum(d_mid):
-            raise ValueError(
-                f"W_o has shape {tuple(W_o.shape)} but the {len(heads)} heads output {sum(d_mid)} rows "
-                f"in total (value widths {d_mid})"
-            )
-        W_o = list(torch.split(W_o, d_mid, dim=1))  # H blocks of shape (d_out, d_mid)
-    W_o = list(W_o)
-    if len(W_o) != len(heads):
-        raise ValueError(f"got {len(W_o)} output matrices W_o^h for {len(heads)} heads")
-    check_floating("b_o", b_o)
-    check_ndim("b_o", b_o, 1, "(d_out,)")
+    heads, W_o = list(heads), W_o if isinstance(W_o, torch.Tensor) else list(W_o)
+    check_formal_heads(heads, W_o, b_o)
+    d_mid = [params[4].shape[0] for params in heads]  # the value width of each head: W_v is (d_mid, d_z)
+    blocks = torch.split(W_o, d_mid, dim=1) if isinstance(W_o, torch.Tensor) else W_o  # H blocks W_o^h (d_out, d_mid)
     out = b_o[:, None]  # (d_out, 1), broadcast over the l_x columns
-    for h, (params, W_oh) in enumerate(zip(heads, W_o)):
-        check_floating(f"W_o[{h}]", W_oh)
-        if W_oh.ndim != 2 or W_oh.shape != (b_o.shape[0], d_mid[h]):
-            raise ValueError(
-                f"W_o^{h} must have shape (d_out, d_mid) = ({b_o.shape[0]}, {d_mid[h]}), got {tuple(W_oh.shape)}"
-            )
-        Y_h = attention(X, Z, *params, mask=mask)  # (d_mid, l_x)
-        out = out + W_oh @ Y_h  # (d_out, d_mid) @ (d_mid, l_x) -> (d_out, l_x)
+    for params, W_oh in zip(heads, blocks):
+        out = out + W_oh @ attention(X, Z, *params, mask=mask)  # (d_out, d_mid) @ (d_mid, l_x) -> (d_out, l_x)
     return out
 
 

@@ -10,7 +10,8 @@ import math
 
 import torch
 
-from .attention import apply_mask, attention_scores, check_attention_inputs
+from .attention import apply_mask, attention_scores
+from .validators import check_attention_inputs
 
 
 # j*(i) = argmax_j mask(q_i . k_j)   (the first such j on ties)

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 
+from .validators import check_dtype, check_lengths, check_one_of, check_shapes, check_sizes, check_values
+
 _ALIGNS = ("upper_left", "lower_right")
-
-
-def _check_length(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value}")
-    return value
 
 
 # M[i, j] = 1  iff  j <= i + offset,   offset = 0 (upper_left) or m - n (lower_right)
@@ -48,10 +43,9 @@ def causal_mask(
         align: ``"upper_left"`` or ``"lower_right"``.
         device: where to create the mask.
     """
-    n = _check_length("n", n)
-    m = n if m is None else _check_length("m", m)
-    if align not in _ALIGNS:
-        raise ValueError(f"align must be one of {_ALIGNS}, got {align!r}")
+    check_sizes(minimum=0, n=n, m=m)
+    check_one_of("align", align, _ALIGNS)
+    m = n if m is None else m
     offset = 0 if align == "upper_left" else m - n
     i = torch.arange(n, device=device).unsqueeze(-1)  # (n, 1)
     j = torch.arange(m, device=device).unsqueeze(0)  # (1, m)
@@ -76,21 +70,10 @@ def padding_mask(
         max_len: padded length; defaults to ``max(lengths)``.
         device: where to create the mask (defaults to the device of ``lengths`` if it is a tensor).
     """
-    if isinstance(lengths, torch.Tensor):
-        if lengths.ndim != 1 or lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
-            raise TypeError(
-                f"lengths must be a 1-D integer tensor, got dtype {lengths.dtype} and shape {tuple(lengths.shape)}"
-            )
-        device = lengths.device if device is None else device
-        lengths = lengths.to(device=device, dtype=torch.long)
-    else:
-        lengths = [_check_length(f"lengths[{b}]", x) for b, x in enumerate(lengths)]
-        lengths = torch.tensor(lengths, dtype=torch.long, device=device)
+    check_lengths(lengths, max_len)
+    lengths = torch.as_tensor(lengths, dtype=torch.long, device=device)  # (batch,), on the device of a tensor
     if max_len is None:
         max_len = int(lengths.max()) if lengths.numel() else 0
-    max_len = _check_length("max_len", max_len)
-    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > max_len):
-        raise ValueError(f"every length must lie in [0, max_len={max_len}], got {lengths.tolist()}")
     positions = torch.arange(max_len, device=lengths.device)  # (max_len,)
     return positions.unsqueeze(0) < lengths.unsqueeze(-1)  # (batch, max_len)
 
@@ -102,17 +85,6 @@ def padding_mask(
 #   additive    A[i, j] = 0 where allowed, -inf where blocked      (added to the scores)
 
 
-def _check_bool_mask(name: str, mask: object) -> torch.Tensor:
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool:
-        raise TypeError(
-            f"{name} must be a boolean tensor, got dtype {mask.dtype} with shape {tuple(mask.shape)}; "
-            f"a {{0, 1}} mask becomes boolean with mask.bool(), an additive one with additive_to_keep"
-        )
-    return mask
-
-
 # B = not K
 def keep_to_block(keep: torch.Tensor) -> torch.Tensor:
     r"""Keep-mask to block-mask, :math:`B = \lnot K` (chapter 2).
@@ -121,13 +93,15 @@ def keep_to_block(keep: torch.Tensor) -> torch.Tensor:
     ``scaled_dot_product_attention``); the result is True where it may **not**, the meaning of the
     ``attn_mask`` and ``key_padding_mask`` of ``torch.nn.MultiheadAttention``.
     """
-    return ~_check_bool_mask("keep", keep)
+    check_shapes(keep=(keep, "(...)", "bool"))
+    return ~keep
 
 
 # K = not B
 def block_to_keep(block: torch.Tensor) -> torch.Tensor:
     r"""Block-mask to keep-mask, :math:`K = \lnot B` (chapter 2); the inverse of :func:`keep_to_block`."""
-    return ~_check_bool_mask("block", block)
+    check_shapes(block=(block, "(...)", "bool"))
+    return ~block
 
 
 # A[i, j] = 0 if K[i, j] else -inf
@@ -143,9 +117,8 @@ def keep_to_additive(keep: torch.Tensor, dtype: torch.dtype = torch.float32) -> 
         keep: boolean mask, True = may attend.
         dtype: a floating dtype for the result (use the dtype of the scores).
     """
-    _check_bool_mask("keep", keep)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    check_shapes(keep=(keep, "(...)", "bool"))
+    check_dtype(dtype)
     zero = torch.zeros((), dtype=dtype, device=keep.device)
     minus_inf = torch.full((), float("-inf"), dtype=dtype, device=keep.device)
     return torch.where(keep, zero, minus_inf)
@@ -159,18 +132,12 @@ def additive_to_keep(additive: torch.Tensor) -> torch.Tensor:
     bias such as ``-1e9`` or a relative-position bias) changes the scores in a way a boolean mask
     cannot express, so it raises ``ValueError`` instead of silently dropping it.
     """
-    if not isinstance(additive, torch.Tensor):
-        raise TypeError(f"additive must be a torch.Tensor, got {type(additive).__name__}")
-    if not additive.is_floating_point():
-        raise TypeError(
-            f"additive must be a floating-point tensor, got dtype {additive.dtype} with shape "
-            f"{tuple(additive.shape)}"
-        )
-    blocked = additive == float("-inf")
-    if not bool(((additive == 0) | blocked).all()):
-        others = additive[~((additive == 0) | blocked)]
-        raise ValueError(
-            f"additive mask must contain only 0 and -inf to become a boolean mask; found other values "
-            f"such as {others[:3].tolist()} (a finite bias cannot be expressed as a keep-mask)"
-        )
+    check_shapes(additive=(additive, "(...)"))
+    check_values(
+        "additive",
+        additive,
+        (0, -math.inf),
+        " to become a boolean mask (a finite bias cannot be expressed as a keep-mask)",
+    )
+    blocked = additive == -math.inf
     return ~blocked

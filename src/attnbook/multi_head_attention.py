@@ -19,26 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._checks import check_floating, check_ndim, check_same_dtype_device, check_tensor
 from .attention import attention
-
-
-def _check_positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
-    return value
-
-
-def _check_heads_divide(width: int, num_heads: int, what: str) -> int:
-    num_heads = _check_positive("num_heads", num_heads)
-    if width % num_heads != 0:
-        raise ValueError(
-            f"{what} = {width} is not divisible by num_heads = {num_heads}: every head needs "
-            f"d_head = {what} / num_heads features"
-        )
-    return width // num_heads
+from .validators import check_divisible, check_mask, check_shapes, check_sizes, check_type, skip_checks
 
 
 # X[..., n, h * d_head + e] -> X^h[..., n, e]: (..., n, heads * d_head) -> (..., heads, n, d_head)
@@ -48,9 +30,8 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     Head h owns features ``h * d_head`` to ``(h + 1) * d_head - 1``. Shape (..., n, heads * d_head)
     becomes (..., heads, n, d_head). The inverse of :func:`merge_heads`.
     """
-    check_tensor("x", x)
-    check_ndim("x", x, 2, "(..., n, heads * d_head)", at_least=True)
-    d_head = _check_heads_divide(x.shape[-1], num_heads, "the last dimension of x")
+    check_shapes(x=(x, "(..., n, num_heads * d_head)", "any"), num_heads=num_heads)
+    d_head = x.shape[-1] // num_heads
     x = x.reshape(*x.shape[:-1], num_heads, d_head)  # (..., n, heads, d_head)
     return x.transpose(-3, -2)  # (..., heads, n, d_head)
 
@@ -62,8 +43,7 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     Shape (..., heads, n, d_head) becomes (..., n, heads * d_head). The inverse of
     :func:`split_heads`.
     """
-    check_tensor("x", x)
-    check_ndim("x", x, 3, "(..., heads, n, d_head)", at_least=True)
+    check_shapes(x=(x, "(..., heads, n, d_head)", "any"))
     heads, n, d_head = x.shape[-3:]
     x = x.transpose(-3, -2)  # (..., n, heads, d_head)
     return x.reshape(*x.shape[:-2], heads * d_head)  # (..., n, heads * d_head)
@@ -84,35 +64,18 @@ def head_weights(
         ``(W, b)`` with ``W[h]`` = W^h of shape (d_head, d_in), so W is (heads, d_head, d_in), and
         ``b[h]`` = b^h, so b is (heads, d_head) (or None).
     """
-    check_floating("weight", weight)
-    check_ndim("weight", weight, 2, "(heads * d_head, d_in)")
-    d_head = _check_heads_divide(weight.shape[0], num_heads, "weight.shape[0]")
+    check_shapes(
+        weight=(weight, "(num_heads * d_head, d_in)"), bias=(bias, "(num_heads * d_head,)"), num_heads=num_heads
+    )
+    d_head = weight.shape[0] // num_heads
     W = weight.reshape(num_heads, d_head, weight.shape[1])  # (heads, d_head, d_in)
     if bias is None:
         return W, None
-    check_floating("bias", bias)
-    if tuple(bias.shape) != (weight.shape[0],):
-        raise ValueError(f"bias must have shape ({weight.shape[0]},) to match weight {tuple(weight.shape)}, got {tuple(bias.shape)}")
     return W, bias.reshape(num_heads, d_head)  # (heads, d_head)
 
 
-def _check_projection(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-    check_floating("x", x)
-    check_floating("weight", weight)
-    check_ndim("x", x, 2, "(..., n, d_in)", at_least=True)
-    check_ndim("weight", weight, 2, "(heads * d_head, d_in)")
-    check_same_dtype_device(x=x, weight=weight, bias=bias)
-    if x.shape[-1] != weight.shape[1]:
-        raise ValueError(
-            f"x (..., n, d_in) has d_in = {x.shape[-1]} but weight (heads * d_head, d_in) has shape "
-            f"{tuple(weight.shape)}"
-        )
-
-
 # Q^h = X W^{h T} + b^h for all h at once:  split_heads(X W^T + b)
-def project_heads(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, num_heads: int
-) -> torch.Tensor:
+def project_heads(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, num_heads: int) -> torch.Tensor:
     """Project for all heads with one fused matrix product, then split (chapter 3).
 
     Args:
@@ -124,7 +87,12 @@ def project_heads(
     Returns:
         (..., heads, n, d_head); slice h equals ``x @ W^h.T + b^h`` (see :func:`project_per_head`).
     """
-    _check_projection(x, weight, bias)
+    check_shapes(
+        x=(x, "(..., n, d_in)"),
+        weight=(weight, "(num_heads * d_head, d_in)"),
+        bias=(bias, "(num_heads * d_head,)"),
+        num_heads=num_heads,
+    )
     y = x @ weight.T  # (..., n, d_in) @ (d_in, heads * d_head) -> (..., n, heads * d_head)
     if bias is not None:
         y = y + bias  # (..., n, heads * d_head)
@@ -132,15 +100,18 @@ def project_heads(
 
 
 # Q^h = X W^{h T} + b^h, one head at a time
-def project_per_head(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, num_heads: int
-) -> torch.Tensor:
+def project_per_head(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, num_heads: int) -> torch.Tensor:
     """Project head by head with the blocks W^h of :func:`head_weights` (chapter 3).
 
     The same numbers as :func:`project_heads`, computed by a loop of H small products instead of
     one large one; it exists to show that the fused form is only a faster way to write this.
     """
-    _check_projection(x, weight, bias)
+    check_shapes(
+        x=(x, "(..., n, d_in)"),
+        weight=(weight, "(num_heads * d_head, d_in)"),
+        bias=(bias, "(num_heads * d_head,)"),
+        num_heads=num_heads,
+    )
     W, b = head_weights(weight, bias, num_heads)  # (heads, d_head, d_in), (heads, d_head)
     per_head = []
     for h in range(num_heads):
@@ -149,22 +120,6 @@ def project_per_head(
             y = y + b[h]
         per_head.append(y)
     return torch.stack(per_head, dim=-3)  # (..., heads, n, d_head)
-
-
-def _check_output_projection(heads_out: torch.Tensor, W_o: torch.Tensor, b_o: torch.Tensor | None) -> None:
-    check_floating("heads_out", heads_out)
-    check_floating("W_o", W_o)
-    check_ndim("heads_out", heads_out, 3, "(..., heads, n, d_head)", at_least=True)
-    check_ndim("W_o", W_o, 2, "(d_out, heads * d_head)")
-    check_same_dtype_device(heads_out=heads_out, W_o=W_o, b_o=b_o)
-    heads, _, d_head = heads_out.shape[-3:]
-    if W_o.shape[1] != heads * d_head:
-        raise ValueError(
-            f"W_o (d_out, heads * d_head) has shape {tuple(W_o.shape)} but heads_out (..., heads, n, "
-            f"d_head) has shape {tuple(heads_out.shape)}, so heads * d_head = {heads * d_head}"
-        )
-    if b_o is not None and tuple(b_o.shape) != (W_o.shape[0],):
-        raise ValueError(f"b_o must have shape ({W_o.shape[0]},) to match W_o {tuple(W_o.shape)}, got {tuple(b_o.shape)}")
 
 
 # Y = [O^1 | ... | O^H] W_o^T + b_o
@@ -179,7 +134,9 @@ def concat_then_project(heads_out: torch.Tensor, W_o: torch.Tensor, b_o: torch.T
     Returns:
         (..., n, d_out).
     """
-    _check_output_projection(heads_out, W_o, b_o)
+    check_shapes(
+        heads_out=(heads_out, "(..., heads, n, d_head)"), W_o=(W_o, "(d_out, heads * d_head)"), b_o=(b_o, "(d_out,)")
+    )
     y = merge_heads(heads_out) @ W_o.T  # (..., n, heads * d_head) @ (heads * d_head, d_out) -> (..., n, d_out)
     return y if b_o is None else y + b_o
 
@@ -192,7 +149,9 @@ def sum_over_heads(heads_out: torch.Tensor, W_o: torch.Tensor, b_o: torch.Tensor
     the blocks times the matching column blocks W_o^h (d_out, d_head). This is the form of the
     column-convention :func:`attnbook.formal.mh_attention`.
     """
-    _check_output_projection(heads_out, W_o, b_o)
+    check_shapes(
+        heads_out=(heads_out, "(..., heads, n, d_head)"), W_o=(W_o, "(d_out, heads * d_head)"), b_o=(b_o, "(d_out,)")
+    )
     heads, _, d_head = heads_out.shape[-3:]
     W_blocks = W_o.reshape(W_o.shape[0], heads, d_head).transpose(0, 1)  # (heads, d_out, d_head)
     y = heads_out[..., 0, :, :] @ W_blocks[0].T  # (..., n, d_head) @ (d_head, d_out) -> (..., n, d_out)
@@ -211,9 +170,10 @@ def mha_parameter_count(embed_dim: int, *, kdim: int | None = None, vdim: int | 
     with :math:`d_k` = ``kdim`` and :math:`d_v` = ``vdim`` (both ``embed_dim`` by default). It does
     not depend on the number of heads: more heads means narrower heads.
     """
-    d = _check_positive("embed_dim", embed_dim)
-    d_k = d if kdim is None else _check_positive("kdim", kdim)
-    d_v = d if vdim is None else _check_positive("vdim", vdim)
+    check_sizes(embed_dim=embed_dim, kdim=kdim, vdim=vdim)
+    d = embed_dim
+    d_k = d if kdim is None else kdim
+    d_v = d if vdim is None else vdim
     return d * (d + d_k + d_v) + d * d + (4 * d if bias else 0)
 
 
@@ -234,11 +194,10 @@ def mha_flops(
     Like the parameter count it does not depend on the number of heads. The softmax, the mask and
     the bias additions (O(heads * n * m) and O(n * d_model) elementwise work) are not counted.
     """
-    n, m = _check_positive("n", n), _check_positive("m", m)
-    d = _check_positive("embed_dim", embed_dim)
-    d_k = d if kdim is None else _check_positive("kdim", kdim)
-    d_v = d if vdim is None else _check_positive("vdim", vdim)
-    batch = _check_positive("batch", batch)
+    check_sizes(n=n, m=m, embed_dim=embed_dim, kdim=kdim, vdim=vdim, batch=batch)
+    d = embed_dim
+    d_k = d if kdim is None else kdim
+    d_v = d if vdim is None else vdim
     return 2 * batch * (n * d * d + m * d_k * d + m * d_v * d + 2 * n * m * d + n * d * d)
 
 
@@ -277,13 +236,12 @@ class MultiHeadAttention(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        self.embed_dim = _check_positive("embed_dim", embed_dim)
-        self.head_dim = _check_heads_divide(embed_dim, num_heads, "embed_dim")
-        self.num_heads = num_heads
-        self.kdim = embed_dim if kdim is None else _check_positive("kdim", kdim)
-        self.vdim = embed_dim if vdim is None else _check_positive("vdim", vdim)
-        if not isinstance(bias, bool):
-            raise TypeError(f"bias must be a bool, got {type(bias).__name__}")
+        check_sizes(embed_dim=embed_dim, num_heads=num_heads, kdim=kdim, vdim=vdim)
+        check_divisible("embed_dim", embed_dim, num_heads, "num_heads", why="every head gets embed_dim / num_heads")
+        check_type("bias", bias, bool)
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.kdim = embed_dim if kdim is None else kdim
+        self.vdim = embed_dim if vdim is None else vdim
         factory = {"device": device, "dtype": dtype}
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
         self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias, **factory)
@@ -310,7 +268,7 @@ class MultiHeadAttention(nn.Module):
         )
 
     @classmethod
-    def from_torch(cls, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
+    def from_torch(cls, mha: nn.MultiheadAttention) -> MultiHeadAttention:
         """A copy of the weights of a ``torch.nn.MultiheadAttention`` (chapter 3).
 
         The copy gives the same outputs as ``mha`` for batch-first inputs (``mha`` in ``eval()``
@@ -324,8 +282,7 @@ class MultiHeadAttention(nn.Module):
             TypeError: if ``mha`` is not a ``torch.nn.MultiheadAttention``.
             ValueError: if it uses ``add_bias_kv`` or ``add_zero_attn``, which this module lacks.
         """
-        if not isinstance(mha, nn.MultiheadAttention):
-            raise TypeError(f"mha must be a torch.nn.MultiheadAttention, got {type(mha).__name__}")
+        check_type("mha", mha, nn.MultiheadAttention, "torch.nn.MultiheadAttention")
         if mha.bias_k is not None or mha.bias_v is not None or mha.add_zero_attn:
             raise ValueError(
                 "MultiHeadAttention has no add_bias_kv or add_zero_attn; cannot copy a "
@@ -351,55 +308,6 @@ class MultiHeadAttention(nn.Module):
                 new.v_proj.bias.copy_(b_v)
                 new.out_proj.bias.copy_(mha.out_proj.bias)
         return new
-
-    def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
-        for name, x, width, layout in (
-            ("query", query, self.embed_dim, "(batch, n, embed_dim)"),
-            ("key", key, self.kdim, "(batch, m, kdim)"),
-            ("value", value, self.vdim, "(batch, m, vdim)"),
-        ):
-            check_floating(name, x)
-            check_ndim(name, x, 3, f"{layout}; add a batch axis with x[None] for one sequence")
-            if x.shape[-1] != width:
-                raise ValueError(
-                    f"{name} {layout} must have last dimension {width}, got shape {tuple(x.shape)}"
-                )
-        weight = self.q_proj.weight
-        check_same_dtype_device(query=query, key=key, value=value, parameters=weight)
-        if not query.shape[0] == key.shape[0] == value.shape[0]:
-            raise ValueError(
-                f"query, key and value must have the same batch size, got shapes {tuple(query.shape)}, "
-                f"{tuple(key.shape)} and {tuple(value.shape)}"
-            )
-        if key.shape[1] != value.shape[1]:
-            raise ValueError(
-                f"key (batch, m, kdim) and value (batch, m, vdim) must have the same number m of tokens, "
-                f"got {tuple(key.shape)} and {tuple(value.shape)}"
-            )
-
-    def _heads_mask(self, mask: torch.Tensor, batch: int, n: int, m: int) -> torch.Tensor:
-        """Bring a mask of shape (n, m), (batch, n, m) or (batch, heads, n, m) to four dimensions."""
-        check_tensor("mask", mask)
-        layouts = {2: (n, m), 3: (batch, n, m), 4: (batch, self.num_heads, n, m)}
-        if mask.ndim not in layouts:
-            raise ValueError(
-                f"mask must have 2, 3 or 4 dimensions, (n, m), (batch, n, m) or (batch, heads, n, m) = "
-                f"{layouts[4]}, got shape {tuple(mask.shape)}"
-            )
-        target = layouts[mask.ndim]
-        try:
-            ok = tuple(torch.broadcast_shapes(tuple(mask.shape), target)) == target
-        except RuntimeError:
-            ok = False
-        if not ok:
-            names = {2: "(n, m)", 3: "(batch, n, m)", 4: "(batch, heads, n, m)"}[mask.ndim]
-            raise ValueError(
-                f"a {mask.ndim}-D mask is read as {names} = {target} (size-1 axes broadcast), got shape "
-                f"{tuple(mask.shape)}"
-            )
-        if mask.ndim == 3:
-            mask = mask.unsqueeze(1)  # (batch, 1, n, m): the same mask for every head
-        return mask
 
     # MultiHead(X, Z) = concat_h Attention(X W_q^h^T + b_q^h, Z W_k^h^T + b_k^h, Z W_v^h^T + b_v^h) W_o^T + b_o
     def forward(
@@ -429,14 +337,25 @@ class MultiHeadAttention(nn.Module):
             ``(output, weights)``: output (batch, n, embed_dim); weights (batch, heads, n, m) or
             None. A query with no key to attend to gets weights 0, so its output is ``b_o``.
         """
-        self._check_inputs(query, key, value)
-        batch, n, m = query.shape[0], query.shape[1], key.shape[1]
+        check_shapes(
+            query=(query, "(batch, n, embed_dim)"),
+            key=(key, "(batch, m, kdim)"),
+            value=(value, "(batch, m, vdim)"),
+            parameters=(self.q_proj.weight, "(embed_dim, embed_dim)"),
+            embed_dim=self.embed_dim,
+            kdim=self.kdim,
+            vdim=self.vdim,
+        )
+        batch, n, m, H = query.shape[0], query.shape[1], key.shape[1], self.num_heads
         if mask is not None:
-            mask = self._heads_mask(mask, batch, n, m)  # (batch or 1, heads or 1, n, m)
-        H = self.num_heads
-        q = project_heads(query, self.q_proj.weight, self.q_proj.bias, H)  # (batch, heads, n, d_head)
-        k = project_heads(key, self.k_proj.weight, self.k_proj.bias, H)  # (batch, heads, m, d_head)
-        v = project_heads(value, self.v_proj.weight, self.v_proj.bias, H)  # (batch, heads, m, d_head)
-        heads_out, weights = attention(q, k, v, mask=mask, need_weights=need_weights)  # (batch, heads, n, d_head)
-        output = concat_then_project(heads_out, self.out_proj.weight, self.out_proj.bias)  # (batch, n, embed_dim)
+            layouts = {"(n, m)": (n, m), "(batch, n, m)": (batch, n, m), "(batch, heads, n, m)": (batch, H, n, m)}
+            mask = check_mask(mask, layouts, query.dtype, query.device)  # read by its number of dimensions
+            if mask.ndim == 3:
+                mask = mask.unsqueeze(1)  # (batch, 1, n, m): the same mask for every head
+        with skip_checks():  # the inputs are checked above; the formulas below need not check them again
+            q = project_heads(query, self.q_proj.weight, self.q_proj.bias, H)  # (batch, heads, n, d_head)
+            k = project_heads(key, self.k_proj.weight, self.k_proj.bias, H)  # (batch, heads, m, d_head)
+            v = project_heads(value, self.v_proj.weight, self.v_proj.bias, H)  # (batch, heads, m, d_head)
+            heads_out, weights = attention(q, k, v, mask=mask, need_weights=need_weights)  # (batch, heads, n, d_head)
+            output = concat_then_project(heads_out, self.out_proj.weight, self.out_proj.bias)  # (batch, n, embed_dim)
         return output, weights

@@ -13,20 +13,14 @@ from __future__ import annotations
 
 import torch
 
-
-def _check_n(n: object) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"n must be an int, got {type(n).__name__}")
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    return n
+from .validators import check_permutation, check_sizes
 
 
 def random_permutation(
     n: int, *, generator: torch.Generator | None = None, device: torch.device | str | None = None
 ) -> torch.Tensor:
     """A uniformly random permutation of 0..n-1 as a 1-D int64 tensor (drawn on the CPU generator)."""
-    n = _check_n(n)
+    check_sizes(minimum=0, n=n)
     return torch.randperm(n, generator=generator).to(device)  # (n,)
 
 
@@ -41,16 +35,9 @@ def permutation_matrix(
         dtype: floating dtype of the result (default ``torch.get_default_dtype()``).
         device: defaults to the device of ``perm``.
     """
-    if not isinstance(perm, torch.Tensor):
-        perm = list(perm)
-        if not all(isinstance(x, int) and not isinstance(x, bool) for x in perm):
-            raise TypeError(f"perm must be a 1-D integer tensor or a list of ints, got {perm!r}")
-        perm = torch.tensor(perm, dtype=torch.long)  # (n,)
-    if perm.ndim != 1 or perm.is_floating_point() or perm.is_complex() or perm.dtype == torch.bool:
-        raise TypeError(f"perm must be a 1-D integer tensor, got dtype {perm.dtype} and shape {tuple(perm.shape)}")
+    check_permutation(perm)
+    perm = torch.as_tensor(perm, dtype=torch.long)  # (n,), on the device of a tensor
     n = perm.shape[0]
-    if not torch.equal(perm.sort().values.cpu(), torch.arange(n)):
-        raise ValueError(f"perm must contain each of 0..{n - 1} exactly once, got {perm.tolist()}")
     dtype = torch.get_default_dtype() if dtype is None else dtype
     device = perm.device if device is None else device
     eye = torch.eye(n, dtype=dtype, device=device)  # (n, n)

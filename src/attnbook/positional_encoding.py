@@ -14,34 +14,11 @@ position i + delta is :math:`\begin{bmatrix}\cos\delta\omega & \sin\delta\omega\
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from .validators import check_divisible, check_dtype, check_number, check_reals, check_sizes
 
-def _check_size(name: str, value: object, *, even: bool = False) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value}")
-    if even and value % 2:
-        raise ValueError(
-            f"{name} must be even (columns 2j and 2j+1 hold the sine and cosine of one frequency), got {value}"
-        )
-    return value
-
-
-def _check_base(base: object) -> float:
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or base <= 0:
-        raise ValueError(f"base must be a finite number > 0, got {base!r}")
-    return float(base)
-
-
-def _resolve_dtype(dtype: torch.dtype | None) -> torch.dtype:
-    dtype = torch.get_default_dtype() if dtype is None else dtype
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-    return dtype
+_EVEN = "columns 2j and 2j+1 hold the sine and cosine of one frequency"
 
 
 def _work_dtype(device: torch.device | str | None) -> torch.dtype:
@@ -63,11 +40,12 @@ def sinusoid_frequencies(
     Returns a tensor of shape (d_model / 2,), decreasing from :math:`\omega_0 = 1` (wavelength
     :math:`2\pi`) to :math:`\omega_{d/2-1} = \text{base}^{-(d_\text{model}-2)/d_\text{model}}`.
     """
-    d_model = _check_size("d_model", d_model, even=True)
-    base = _check_base(base)
-    dtype = _resolve_dtype(dtype)
+    check_sizes(d_model=d_model)
+    check_divisible("d_model", d_model, 2, why=_EVEN)
+    check_number("base", base, positive=True)
+    check_dtype(dtype)
     j = torch.arange(d_model // 2, device=device, dtype=_work_dtype(device))  # (d_model/2,)
-    return (base ** (-2.0 * j / d_model)).to(dtype)
+    return (base ** (-2.0 * j / d_model)).to(dtype or torch.get_default_dtype())
 
 
 # P[i, 2j] = sin(i w_j),   P[i, 2j+1] = cos(i w_j)
@@ -95,15 +73,17 @@ def sinusoidal_encoding(
     Returns:
         P of shape (n_positions, d_model); row i is the encoding p_i of position i.
     """
-    n_positions = _check_size("n_positions", n_positions)
-    d_model = _check_size("d_model", d_model, even=True)
-    dtype = _resolve_dtype(dtype)
+    check_sizes(n_positions=n_positions, d_model=d_model)
+    check_divisible("d_model", d_model, 2, why=_EVEN)
+    check_number("base", base, positive=True)
+    check_dtype(dtype)
     work = _work_dtype(device)
     w = sinusoid_frequencies(d_model, base, device=device, dtype=work)  # (d_model/2,)
     i = torch.arange(n_positions, device=device, dtype=work)  # (n_positions,)
     angles = i[:, None] * w[None, :]  # (n_positions, 1) * (1, d_model/2) -> (n_positions, d_model/2)
     P = torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1)  # (n_positions, d_model/2, 2)
-    return P.reshape(n_positions, d_model).to(dtype)  # (n_positions, d_model): sin, cos, sin, cos, ...
+    P = P.reshape(n_positions, d_model)  # (n_positions, d_model): sin, cos, sin, cos, ...
+    return P.to(dtype or torch.get_default_dtype())
 
 
 # R(delta w) = [[cos(delta w),  sin(delta w)],
@@ -130,24 +110,13 @@ def pair_rotation(delta: float | torch.Tensor, frequency: float | torch.Tensor) 
     Returns:
         A tensor of shape (..., 2, 2), where ... is the broadcast shape of delta and frequency.
     """
-    for name, x in (("delta", delta), ("frequency", frequency)):
-        if isinstance(x, torch.Tensor):
-            if x.dtype == torch.bool or x.is_complex():
-                raise TypeError(f"{name} must be a real tensor, got {x.dtype}")
-        elif isinstance(x, bool) or not isinstance(x, (int, float)):
-            raise TypeError(f"{name} must be a number or a tensor, got {type(x).__name__}")
+    check_reals(delta=delta, frequency=frequency)
     tensors = [x for x in (frequency, delta) if isinstance(x, torch.Tensor)]
     floats = [x.dtype for x in tensors if x.is_floating_point()]
     dtype = floats[0] if floats else torch.float64
     device = tensors[0].device if tensors else None
     delta = torch.as_tensor(delta, dtype=dtype, device=device)  # (...,)
     frequency = torch.as_tensor(frequency, dtype=dtype, device=device)  # (...,)
-    try:
-        torch.broadcast_shapes(delta.shape, frequency.shape)
-    except RuntimeError:
-        raise ValueError(
-            f"delta {tuple(delta.shape)} and frequency {tuple(frequency.shape)} do not broadcast"
-        ) from None
     angle = delta * frequency  # (...,)
     c, s = torch.cos(angle), torch.sin(angle)
     row0 = torch.stack((c, s), dim=-1)  # (..., 2)
@@ -169,11 +138,12 @@ def shift_matrix(
     Its diagonal blocks are :func:`pair_rotation` (delta, w_j). In the row convention, where p_i is
     row i of P = :func:`sinusoidal_encoding`, the identity reads ``P[i + delta] = P[i] @ M.T``.
     """
-    d_model = _check_size("d_model", d_model, even=True)
-    dtype = _resolve_dtype(dtype)
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not math.isfinite(delta):
-        raise TypeError(f"delta must be a finite number, got {delta!r}")
+    check_sizes(d_model=d_model)
+    check_divisible("d_model", d_model, 2, why=_EVEN)
+    check_reals(delta=delta, finite=True, tensors=False)
+    check_number("base", base, positive=True)
+    check_dtype(dtype)
     work = _work_dtype(device)
     w = sinusoid_frequencies(d_model, base, device=device, dtype=work)  # (d_model/2,)
     blocks = pair_rotation(torch.tensor(float(delta), dtype=work, device=device), w)  # (d_model/2, 2, 2)
-    return torch.block_diag(*blocks).to(dtype)  # (d_model, d_model)
+    return torch.block_diag(*blocks).to(dtype or torch.get_default_dtype())  # (d_model, d_model)
