@@ -73,7 +73,7 @@ def test_reset_reuses_the_buffer(device):
 
 class TestErrors:
     def test_max_len(self):
-        with pytest.raises(ValueError, match="max_len must be >= 1, got 0"):
+        with pytest.raises(ValueError, match=r"max_len must be > 0 \(a positive int\), got 0"):
             KVCache(0)
         with pytest.raises(TypeError, match="max_len must be an int, got float"):
             KVCache(3.0)

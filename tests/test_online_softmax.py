@@ -108,7 +108,7 @@ def test_a_wrong_rescaling_is_caught(device):
 class TestErrors:
     def test_block_size_must_be_positive_int(self):
         scores = torch.zeros(2, 3)
-        with pytest.raises(ValueError, match=r"block_size must be >= 1, got 0"):
+        with pytest.raises(ValueError, match=r"block_size must be > 0 \(a positive int\), got 0"):
             online_softmax(scores, block_size=0)
         with pytest.raises(TypeError, match=r"block_size must be an int, got float"):
             online_normalizer(scores, 2.0)

@@ -2,20 +2,24 @@ r"""A key-value cache for autoregressive decoding (chapter 8).
 
 A decoder produces one token at a time, and under a causal mask token t attends to tokens
 0, ..., t. Its query is new, but the keys and values of tokens 0, ..., t - 1 are the same as at the
-previous step. A key-value cache stores them, so step t computes only the new token's key, value
-and one row of attention,
+previous step. A key-value cache stores them, so step t projects only the new token's query, key
+and value and computes one row of attention,
 
-.. math:: o_t = \operatorname{softmax}\!\left(\frac{q_t K_{0:t}^\top}{\sqrt{d_k}}\right) V_{0:t},
+.. math:: o_t = \operatorname{softmax}\!\left(\frac{q_t K_{0:t}^\top}{\sqrt{d_k}}\right) V_{0:t}.
 
-O(t d) work instead of recomputing all t + 1 rows. Stacking the rows :math:`o_0, \dots, o_{n-1}`
-gives exactly causal self-attention over the n tokens.
+What it saves is recomputing the past: without a cache step t would project the keys and values
+of all t earlier tokens again, O(t d_model d) work per step and layer (the row of attention itself,
+O(t d), is needed either way). In a decoder of several layers the lower layers would also have to
+recompute their output at every earlier position, since the next layer's keys and values are made
+from it; chapter 8 counts both. Stacking the rows :math:`o_0, \dots, o_{n-1}` gives exactly causal
+self-attention over the n tokens.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ._checks import check_floating, check_ndim, check_same_dtype_device
+from .validators import check_floating, check_ndim, check_same_dtype_device, check_sizes
 from .attention import attention
 from .masks import causal_mask
 
@@ -25,8 +29,8 @@ class KVCache:
 
     The buffer is allocated on the first :meth:`append` with the batch shape, widths, dtype and
     device of that call's keys and values, shape (..., max_len, d_k) and (..., max_len, d_v); every
-    later append writes into it in place, so a step costs O(t d) and never copies the tokens
-    already stored (a cache that grows by concatenation would copy all of them at every step).
+    later append writes only the new tokens into it, in place, and never copies the tokens already
+    stored (a cache that grows by concatenation would copy all of them at every step).
     Appending beyond ``max_len`` raises ``ValueError``. :attr:`keys` and :attr:`values` are views
     of the filled part.
 
@@ -35,10 +39,7 @@ class KVCache:
     """
 
     def __init__(self, max_len: int) -> None:
-        if isinstance(max_len, bool) or not isinstance(max_len, int):
-            raise TypeError(f"max_len must be an int, got {type(max_len).__name__}")
-        if max_len < 1:
-            raise ValueError(f"max_len must be >= 1, got {max_len}")
+        check_sizes(max_len=max_len)
         self.max_len = max_len
         self.length = 0
         self._keys: torch.Tensor | None = None  # (..., max_len, d_k)

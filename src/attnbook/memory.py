@@ -13,6 +13,11 @@ allocated when the call returns).
   every allocation and free of the CPU allocator in time order; the peak is the largest running
   sum of those sizes. The profiler slows the call down, so this is for measuring memory, never
   for timing.
+
+The two count alike but not to the byte: the CUDA caching allocator rounds every block up (to a
+multiple of 512 bytes), a GPU library may allocate a workspace on its first call, and another
+PyTorch version may keep one temporary more or less. Compare the numbers with a theory's ratios
+under generous margins, or by order of magnitude (chapter 8 does), never exactly.
 """
 
 from __future__ import annotations

@@ -24,15 +24,14 @@ import math
 
 import torch
 
-from ._checks import check_floating
+from .validators import check_floating, check_sizes
 
 
-def _check_block_size(block_size: object) -> int:
-    if isinstance(block_size, bool) or not isinstance(block_size, int):
-        raise TypeError(f"block_size must be an int, got {type(block_size).__name__}")
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
-    return block_size
+def _check_block_size(block_size: object) -> None:
+    """Refuse anything but a positive int, None included (``check_sizes`` lets None through as optional)."""
+    if block_size is None:
+        raise TypeError("block_size must be an int, got NoneType")
+    check_sizes(block_size=block_size)
 
 
 # c = M if M > -inf else 0
@@ -107,7 +106,7 @@ def online_normalizer(scores: torch.Tensor, block_size: int) -> tuple[torch.Tens
         ``(M, L)``, both of shape (...,); for a fully masked row ``M = -inf`` and ``L = 0``.
     """
     check_floating("scores", scores)
-    block_size = _check_block_size(block_size)
+    _check_block_size(block_size)
     m_t = torch.full(scores.shape[:-1], -math.inf, dtype=scores.dtype, device=scores.device)  # M_0
     l_t = torch.zeros(scores.shape[:-1], dtype=scores.dtype, device=scores.device)  # L_0
     for start in range(0, scores.shape[-1], block_size):

@@ -1,8 +1,9 @@
 """Plotting helpers shared by every chapter, so that all figures look alike.
 
 Call :func:`use_style` once at the top of a chapter; then draw with :func:`attention_heatmap`
-(weights with token labels) and :func:`matrix_heatmap` (any matrix: masks, scores, encodings).
-Both take an optional ``ax`` and return it, so figures with several panels are easy to compose.
+(weights with token labels), :func:`matrix_heatmap` (any matrix: masks, scores, encodings) and
+:func:`mask_heatmap` (a boolean mask as 0/1 cells).
+Each takes an optional ``ax`` and returns it, so figures with several panels are easy to compose.
 """
 
 from __future__ import annotations
@@ -145,6 +146,36 @@ def attention_heatmap(
         vmax=1.0,
         annotate=annotate,
         colorbar=colorbar,
+    )
+
+
+def mask_heatmap(
+    mask: torch.Tensor | np.ndarray,
+    *,
+    ax=None,
+    title: str | None = None,
+    row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None,
+    xlabel: str = "key",
+    ylabel: str = "query",
+):
+    """Draw a boolean keep-mask (n, m) as cells marked 1 (may attend) or 0, without a colour bar;
+    return the axes. Rows are queries and columns keys unless the labels say otherwise (chapter 2).
+    """
+    return matrix_heatmap(
+        mask,
+        ax=ax,
+        title=title,
+        row_labels=row_labels,
+        col_labels=col_labels,
+        xlabel=xlabel,
+        ylabel=ylabel,
+        cmap=WEIGHTS_CMAP,
+        vmin=0.0,
+        vmax=1.0,
+        annotate=True,
+        fmt="{:.0f}",
+        colorbar=False,
     )
 
 
