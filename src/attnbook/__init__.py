@@ -6,8 +6,10 @@ versions of *Formal Algorithms for Transformers*; :mod:`attnbook.plotting` the f
 """
 
 from . import formal
+from .alibi import alibi_bias, alibi_bias_for_positions, alibi_slopes
 from .attention import apply_mask, attention, attention_scores
 from .device import default_device
+from .grouped_query import grouped_query_attention, kv_cache_bytes
 from .hard_attention import hard_attention
 from .kv_cache import KVCache
 from .masks import additive_to_keep, block_to_keep, causal_mask, keep_to_additive, keep_to_block, padding_mask
@@ -15,11 +17,28 @@ from .multi_head_attention import MultiHeadAttention
 from .online_softmax import online_softmax
 from .permutations import is_permutation_matrix, permutation_matrix, random_permutation, random_permutation_matrix
 from .positional_encoding import pair_rotation, shift_matrix, sinusoid_frequencies, sinusoidal_encoding
+from .rotary import apply_rotary, half_to_interleaved, interleaved_to_half, rotary_angles, rotary_permutation
+from .sampling import sampler
 from .scoring import additive_scores, general_scores
+from .sliding_window import block_layout, block_sparse_mask, sliding_window_attention, sliding_window_mask
 from .softmax import softmax
 from .tiled_attention import tiled_attention
 
 __all__ = [
+    "alibi_bias",
+    "alibi_bias_for_positions",
+    "alibi_slopes",
+    "apply_rotary",
+    "block_layout",
+    "block_sparse_mask",
+    "grouped_query_attention",
+    "half_to_interleaved",
+    "interleaved_to_half",
+    "kv_cache_bytes",
+    "rotary_angles",
+    "rotary_permutation",
+    "sliding_window_attention",
+    "sliding_window_mask",
     "KVCache",
     "MultiHeadAttention",
     "online_softmax",
@@ -47,6 +66,7 @@ __all__ = [
     "shift_matrix",
     "sinusoid_frequencies",
     "sinusoidal_encoding",
+    "sampler",
     "softmax",
 ]
 __version__ = "0.1.0"
