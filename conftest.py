@@ -89,7 +89,8 @@ def store_in_execution_cache(chapter: Path, outputs: list[list]) -> bool:
                 out["execution_count"] = count
     EXECUTION_CACHE.parent.mkdir(parents=True, exist_ok=True)
     get_cache(str(EXECUTION_CACHE)).cache_notebook_bundle(
-        CacheBundleIn(nb=nb, uri=str(chapter), data={"executed_by": "nbval"}), check_validity=True, overwrite=True)
+        CacheBundleIn(nb=nb, uri=str(chapter), data={"executed_by": "nbval"}), check_validity=True, overwrite=True
+    )
     return True
 
 

@@ -45,9 +45,22 @@ def tolerances(dtype: torch.dtype) -> dict[str, float]:
 #: test modules about the course around the package (homework, grader, website); `make test-quick`
 #: runs the rest, the package's own tests
 COURSE_MODULES = {
-    "test_checks", "test_gradescope", "test_grader_concurrency", "test_grader_habits", "test_grader_isolation",
-    "test_grading_cli", "test_grading_protocol", "test_grading_static", "test_homework", "test_integrity",
-    "test_jupyterlab", "test_mutations", "test_notebook_reader", "test_release", "test_sandbox_view", "test_site",
+    "test_checks",
+    "test_gradescope",
+    "test_grader_concurrency",
+    "test_grader_habits",
+    "test_grader_isolation",
+    "test_grading_cli",
+    "test_grading_protocol",
+    "test_grading_static",
+    "test_homework",
+    "test_integrity",
+    "test_jupyterlab",
+    "test_mutations",
+    "test_notebook_reader",
+    "test_release",
+    "test_sandbox_view",
+    "test_site",
 }
 
 

@@ -81,14 +81,19 @@ def homework(name: str) -> Homework:
 
 # -- bubblewrap and ordinary users ------------------------------------------------------------
 
+
 def bwrap_available() -> str | None:
     """The reason bubblewrap cannot make a sandbox here, or None when it can."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed"
     try:
-        proc = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "--proc", "/proc", "--dev", "/dev",
-                               "true"], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            [bwrap, "--ro-bind", "/", "/", "--unshare-all", "--proc", "/proc", "--dev", "/dev", "true"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap does not run: {exc}"
     if proc.returncode != 0:
@@ -101,9 +106,30 @@ def user_namespace_available() -> str | None:
     why = bwrap_available()
     if why:
         return why
-    proc = subprocess.run(["bwrap", "--unshare-user", "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL",
-                           "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "id", "-u"],
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [
+            "bwrap",
+            "--unshare-user",
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
+            "--cap-drop",
+            "ALL",
+            "--ro-bind",
+            "/",
+            "/",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "id",
+            "-u",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if proc.returncode != 0 or proc.stdout.strip() != "1000":
         return f"user namespaces are not available: {proc.stderr.strip()[-300:]}"
     return None

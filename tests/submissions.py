@@ -37,7 +37,9 @@ def replace_function(source: str, name: str, new_def: str) -> str | None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             lines = source.splitlines()
             start = (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1
-            return "\n".join(lines[:start] + textwrap.dedent(new_def).strip("\n").splitlines() + lines[node.end_lineno:])
+            return "\n".join(
+                lines[:start] + textwrap.dedent(new_def).strip("\n").splitlines() + lines[node.end_lineno :]
+            )
     return None
 
 
@@ -66,7 +68,9 @@ def edited_submission(hw: Homework, old: str, new: str) -> dict[str, Any]:
     found = [c for c in cells if old in _cell_source(c)]
     count = sum(_cell_source(c).count(old) for c in found)
     if count != 1:
-        raise ValueError(f"{hw.name}: a mutant's edit must match exactly once in the solutions; {old!r} matches {count} times")
+        raise ValueError(
+            f"{hw.name}: a mutant's edit must match exactly once in the solutions; {old!r} matches {count} times"
+        )
     cell = found[0]
     cell["source"] = _cell_source(cell).replace(old, new, 1)
     return nb

@@ -52,7 +52,12 @@ def test_slopes_for_eight_heads_and_the_geometric_sequence():
 
 
 @PROPERTY
-@given(n=st.integers(0, 9), m=st.integers(0, 9), heads=st.integers(1, 6), align=st.sampled_from(["upper_left", "lower_right"]))
+@given(
+    n=st.integers(0, 9),
+    m=st.integers(0, 9),
+    heads=st.integers(1, 6),
+    align=st.sampled_from(["upper_left", "lower_right"]),
+)
 def test_bias_matches_the_definition_written_with_loops(device, n, m, heads, align):
     slopes = alibi_slopes(heads, device=device, dtype=F64)
     bias = alibi_bias(n, m, slopes, align=align)
@@ -71,8 +76,13 @@ def test_bias_depends_on_the_offset_only(device):
 
 
 @PROPERTY
-@given(n=st.integers(1, 8), m=st.integers(1, 8), heads=st.integers(1, 5), shift=st.integers(-10**6, 10**6),
-       seed=st.integers(0, 10**6))
+@given(
+    n=st.integers(1, 8),
+    m=st.integers(1, 8),
+    heads=st.integers(1, 5),
+    shift=st.integers(-(10**6), 10**6),
+    seed=st.integers(0, 10**6),
+)
 def test_translation_invariance(device, n, m, heads, shift, seed):
     """Moving every query and key by the same amount changes neither the bias nor the attention."""
     g = torch.Generator().manual_seed(seed)

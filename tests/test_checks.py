@@ -71,9 +71,14 @@ def test_known_mistake_is_named_first(qkv):
     Q, K, V, mask = qkv
     hint = "did you fill masked scores with -1e9 instead of -inf?"
     wrong = lambda Q, K, V, mask=None: _attention(Q, K, V, mask, fill=-1e9)  # noqa: E731
-    text = _failure(wrong, "masked_attention", (Q, K, V), _attention(Q, K, V, mask), kwargs={"mask": mask},
-                    mistakes={"softmax over the queries?": lambda Q, K, V, mask=None: _attention(K, Q, V),
-                              hint: wrong})
+    text = _failure(
+        wrong,
+        "masked_attention",
+        (Q, K, V),
+        _attention(Q, K, V, mask),
+        kwargs={"mask": mask},
+        mistakes={"softmax over the queries?": lambda Q, K, V, mask=None: _attention(K, Q, V), hint: wrong},
+    )
     assert text.startswith(f"Likely mistake: {hint}")
     assert "softmax over the queries" not in text
     assert "row 2 should be all zeros" in text
@@ -81,8 +86,13 @@ def test_known_mistake_is_named_first(qkv):
 
 def test_known_mistake_that_raises_or_matches_the_reference_is_ignored(qkv):
     Q, K, V, mask = qkv
-    text = _failure(lambda Q: Q + 1, "f", (Q,), Q, mistakes={"boom": lambda Q: 1 / 0, "same as right": lambda Q: Q.clone(),
-                                                               "other": Q - 1})
+    text = _failure(
+        lambda Q: Q + 1,
+        "f",
+        (Q,),
+        Q,
+        mistakes={"boom": lambda Q: 1 / 0, "same as right": lambda Q: Q.clone(), "other": Q - 1},
+    )
     assert "Likely mistake" not in text
 
 
@@ -200,9 +210,11 @@ def test_expect_close_keeps_its_interface():
 
 
 def test_checks_imports_with_torch_only():
-    code = ("import sys\nimport attngrade.checks\n"
-            "bad = [m for m in ('attnbook', 'yaml', 'otter', 'numpy.linalg.tests') if m in sys.modules]\n"
-            "assert not bad, bad\n")
+    code = (
+        "import sys\nimport attngrade.checks\n"
+        "bad = [m for m in ('attnbook', 'yaml', 'otter', 'numpy.linalg.tests') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -214,6 +226,10 @@ def test_float64_tolerance_is_tight_and_module_constants():
 def test_lower_precision_is_diagnosed():
     gen = torch.Generator().manual_seed(2)
     S = torch.randn(4, 6, generator=gen, dtype=torch.float64)
-    assert "float32 precision" in _failure(lambda S: torch.softmax(S.float(), -1).double(), "f", (S,), torch.softmax(S, -1))
+    assert "float32 precision" in _failure(
+        lambda S: torch.softmax(S.float(), -1).double(), "f", (S,), torch.softmax(S, -1)
+    )
     S32 = S.float()
-    assert "bfloat16 or float16" in _failure(lambda S: torch.softmax(S.bfloat16(), -1).float(), "f", (S32,), torch.softmax(S32, -1))
+    assert "bfloat16 or float16" in _failure(
+        lambda S: torch.softmax(S.bfloat16(), -1).float(), "f", (S32,), torch.softmax(S32, -1)
+    )

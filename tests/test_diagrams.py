@@ -78,8 +78,18 @@ def test_role_colours_are_distinct_and_mid_tone():
 
 def test_matrix_block_geometry_and_labels():
     fig, ax = style.new_diagram(4, 3, alt="One block.")
-    block = style.matrix_block(ax, (2, 1.5), 3, 2, role="query", label="$Q$", shape="$n \\times d_k$",
-                               cell=0.4, values=[[1, 2], [3, 4], [5, 6]], fmt="{:.0f}")
+    block = style.matrix_block(
+        ax,
+        (2, 1.5),
+        3,
+        2,
+        role="query",
+        label="$Q$",
+        shape="$n \\times d_k$",
+        cell=0.4,
+        values=[[1, 2], [3, 4], [5, 6]],
+        fmt="{:.0f}",
+    )
     assert (block.rows, block.cols) == (3, 2)
     assert block.center == pytest.approx((2, 1.5))
     assert block.width == pytest.approx(0.8) and block.height == pytest.approx(1.2)
@@ -151,16 +161,22 @@ def test_matrix_form_draws_six_blocks_with_their_shapes(convention):
     assert names == {"Q", "K^\\top", "S", "A", "V", "O"}
     labels = style.labels_in(fig)
     if convention == "row":
-        assert {"$n \\times d_k$", "$d_k \\times m$", "$n \\times m$", "$m \\times d_v$", "$n \\times d_v$"} <= set(labels)
+        assert {"$n \\times d_k$", "$d_k \\times m$", "$n \\times m$", "$m \\times d_v$", "$n \\times d_v$"} <= set(
+            labels
+        )
         assert any("over each row" in label for label in labels)
     else:
         assert {"$d_\\mathrm{attn} \\times \\ell_x$", "$\\ell_z \\times \\ell_x$"} <= set(labels)
         assert any("over each column" in label for label in labels)
     # every block has its true shape: count cells by the blocks' sizes
     ax = fig.axes[0]
-    sizes = sorted(round(p.get_width() * p.get_height() / 0.0729 if convention == "column"
-                         else p.get_width() * p.get_height() / 0.09)
-                   for p in ax.patches if (p.get_gid() or "").startswith("block:"))
+    sizes = sorted(
+        round(
+            p.get_width() * p.get_height() / 0.0729 if convention == "column" else p.get_width() * p.get_height() / 0.09
+        )
+        for p in ax.patches
+        if (p.get_gid() or "").startswith("block:")
+    )
     assert sizes == sorted([n * d_k, d_k * m, n * m, n * m, m * d_v, n * d_v])
 
 
@@ -218,8 +234,11 @@ def test_masks_takes_custom_masks():
 def test_chapter_diagrams_have_alt_text_and_a_caption(chapter):
     jupytext = pytest.importorskip("jupytext")
     notebook = jupytext.read(BOOK / f"{chapter}.md")
-    cells = [c for c in notebook.cells if c.cell_type == "code" and "diagrams" not in c.source
-             and "draw_" in c.source and "= draw_" in c.source]
+    cells = [
+        c
+        for c in notebook.cells
+        if c.cell_type == "code" and "diagrams" not in c.source and "draw_" in c.source and "= draw_" in c.source
+    ]
     assert cells, "every chapter draws at least one diagram"
     for cell in cells:
         options = cell.metadata.get("mystnb", {})

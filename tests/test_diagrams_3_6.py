@@ -85,8 +85,9 @@ def test_multi_head_draws_every_matrix_and_one_block_per_head(num_heads):
     assert f"split into {num_heads} column blocks of {d_model // num_heads}" in alt
 
 
-@pytest.mark.parametrize("kwargs", [dict(d_model=6, num_heads=4), dict(n=0), dict(num_heads=5, d_model=10),
-                                    dict(d_model=2.0), dict(n=True)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(d_model=6, num_heads=4), dict(n=0), dict(num_heads=5, d_model=10), dict(d_model=2.0), dict(n=True)]
+)
 def test_multi_head_rejects_what_it_cannot_draw(kwargs):
     with pytest.raises(ValueError):
         draw_multi_head(**kwargs)
@@ -98,8 +99,14 @@ def _links(fig: Figure) -> list[Line2D]:
     return [line for line in ax.lines if len(line.get_xdata()) == 2 and line.get_alpha() == 0.7]
 
 
-@pytest.mark.parametrize("source, target", [(["le", "chat", "noir", "dort"], ["<s>", "the", "black", "cat", "sleeps"]),
-                                            (["a"], ["x", "y"]), (list("abcdefg"), list("uvw"))])
+@pytest.mark.parametrize(
+    "source, target",
+    [
+        (["le", "chat", "noir", "dort"], ["<s>", "the", "black", "cat", "sleeps"]),
+        (["a"], ["x", "y"]),
+        (list("abcdefg"), list("uvw")),
+    ],
+)
 def test_encoder_decoder_links_exactly_the_allowed_pairs(source, target):
     fig = draw_encoder_decoder(source, target)
     m, n = len(source), len(target)
@@ -145,12 +152,13 @@ def test_rotation_points_are_the_encoding_and_the_matrix_is_the_shift(d_model, p
         turn = (end_angle - start_angle) % (2 * math.pi)
         assert math.isclose(turn, (delta * omega.item()) % (2 * math.pi), abs_tol=1e-9)
         target = P[start + delta, [2 * pair + 1, 2 * pair]]
-        assert math.isclose(math.atan2(target[1], target[0]) % (2 * math.pi), end_angle % (2 * math.pi),
-                            abs_tol=1e-9)
+        assert math.isclose(math.atan2(target[1], target[0]) % (2 * math.pi), end_angle % (2 * math.pi), abs_tol=1e-9)
 
 
-@pytest.mark.parametrize("kwargs", [dict(d_model=7), dict(pair=4), dict(delta=0), dict(positions=4, delta=2),
-                                    dict(positions=11), dict(pair=-1)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(d_model=7), dict(pair=4), dict(delta=0), dict(positions=4, delta=2), dict(positions=11), dict(pair=-1)],
+)
 def test_rotation_rejects_what_it_cannot_draw(kwargs):
     with pytest.raises(ValueError):
         draw_rotation(**kwargs)
@@ -178,8 +186,9 @@ def test_permutation_draws_the_new_orders_and_one_crossing_line_per_row():
     assert len([line for line in fig.axes[0].lines if len(line.get_xdata()) == 2]) == len(queries) + len(pairs)
 
 
-@pytest.mark.parametrize("queries, pairs", [([0, 0, 1], [1, 0]), ([0], [1, 0]), ([1, 0], [0, 2]),
-                                            ([1, 0], list(range(8)))])
+@pytest.mark.parametrize(
+    "queries, pairs", [([0, 0, 1], [1, 0]), ([0], [1, 0]), ([1, 0], [0, 2]), ([1, 0], list(range(8)))]
+)
 def test_permutation_rejects_what_is_not_a_permutation(queries, pairs):
     with pytest.raises(ValueError):
         draw_permutation(queries, pairs)
@@ -201,9 +210,15 @@ def test_each_chapter_shows_its_diagram_with_the_diagrams_alt_text(chapter):
     cells = [c for c in notebook.cells if c.cell_type == "code" and call in c.source]
     assert len(cells) == 1, f"{chapter} should draw its diagram in one cell"
     cell = cells[0]
-    namespace = {name: draw for name, (draw, _) in
-                 {"draw_multi_head": DIAGRAMS["heads"], "draw_encoder_decoder": DIAGRAMS["encoder_decoder"],
-                  "draw_rotation": DIAGRAMS["rotation"], "draw_permutation": DIAGRAMS["permutation"]}.items()}
+    namespace = {
+        name: draw
+        for name, (draw, _) in {
+            "draw_multi_head": DIAGRAMS["heads"],
+            "draw_encoder_decoder": DIAGRAMS["encoder_decoder"],
+            "draw_rotation": DIAGRAMS["rotation"],
+            "draw_permutation": DIAGRAMS["permutation"],
+        }.items()
+    }
     namespace["plt"] = type("NoShow", (), {"show": staticmethod(lambda: None)})
     exec(cell.source, namespace)  # the cell as the chapter runs it: fig = draw_...(...); plt.show()
     alt = cell.metadata["mystnb"]["image"]["alt"]

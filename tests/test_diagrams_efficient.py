@@ -71,12 +71,15 @@ def test_kv_cache_with_room_to_spare():
     assert "two buffers of 5 rows" in alt_text(fig)
 
 
-@pytest.mark.parametrize("call, error, message", [
-    (lambda: draw_tiles(0, 3), ValueError, r"n must be > 0 \(a positive int\), got 0"),
-    (lambda: draw_tiles(4, 1.5), TypeError, "block_size must be an int, got float"),
-    (lambda: draw_kv_cache(steps=0), ValueError, r"steps must be > 0 \(a positive int\), got 0"),
-    (lambda: draw_kv_cache(steps=4, max_len=3), ValueError, "max_len = 3 cannot hold the 4 steps"),
-])
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: draw_tiles(0, 3), ValueError, r"n must be > 0 \(a positive int\), got 0"),
+        (lambda: draw_tiles(4, 1.5), TypeError, "block_size must be an int, got float"),
+        (lambda: draw_kv_cache(steps=0), ValueError, r"steps must be > 0 \(a positive int\), got 0"),
+        (lambda: draw_kv_cache(steps=4, max_len=3), ValueError, "max_len = 3 cannot hold the 4 steps"),
+    ],
+)
 def test_bad_sizes(call, error, message):
     with pytest.raises(error, match=message):
         call()

@@ -25,17 +25,25 @@ from pathlib import Path
 import pytest
 
 from attngrade.grader import Grader
-from .submissions import code_cells, load_mutants, mutant_submission, stub_submission, submission_with
 
 from .homework_support import bwrap_available, homework, running_as_root, user_namespace_available
+from .submissions import code_cells, load_mutants, mutant_submission, stub_submission, submission_with
 from .test_grader_isolation import LIMITS, attacks
 
 pytestmark = pytest.mark.skipif(bwrap_available() is not None, reason=f"no sandbox here: {bwrap_available()}")
 
 REPO = Path(__file__).resolve().parent.parent
-HOSTILE = ["fork_bomb", "fills_tmp_and_shm", "kills_everything_it_can_in_a_cell", "leaves_a_background_process",
-           "endless_loop_in_a_cell", "writes_garbage_to_the_grader_socket", "huge_allocation_in_a_cell",
-           "kills_everything_in_q5", "signals_the_grader"]
+HOSTILE = [
+    "fork_bomb",
+    "fills_tmp_and_shm",
+    "kills_everything_it_can_in_a_cell",
+    "leaves_a_background_process",
+    "endless_loop_in_a_cell",
+    "writes_garbage_to_the_grader_socket",
+    "huge_allocation_in_a_cell",
+    "kills_everything_in_q5",
+    "signals_the_grader",
+]
 CHEAP_HOSTILE = ["fork_bomb", "fills_tmp_and_shm", "kills_everything_it_can_in_a_cell", "leaves_a_background_process"]
 
 
@@ -43,7 +51,7 @@ def mutant_notebook(hw, name):
     return mutant_submission(hw, load_mutants(hw)[name])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def honest_set() -> dict[str, list[str]]:
     """hw01 notebooks whose scores must not depend on anything but themselves."""
     hw = homework("hw01")
@@ -70,7 +78,7 @@ def grade(items, jobs):
         return {r.submission: r for r in grader.grade_sources(items)}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def graded_alone():
     out = {}
     with Grader(homework("hw01"), jobs=1, limits=LIMITS) as grader:
@@ -82,14 +90,15 @@ def graded_alone():
 def _interleave(a, b):
     out = []
     for k in range(max(len(a), len(b))):
-        out += a[k:k + 1] + b[k:k + 1]
+        out += a[k : k + 1] + b[k : k + 1]
     return out
 
 
 SETTINGS = {
     "in_a_hostile_class_jobs2": lambda: grade(_interleave(hostile_set(HOSTILE), list(honest_set().items())), jobs=2),
     "in_reverse_order_with_hostile_jobs1": lambda: grade(
-        list(reversed(_interleave(list(honest_set().items()), hostile_set(CHEAP_HOSTILE)))), jobs=1),
+        list(reversed(_interleave(list(honest_set().items()), hostile_set(CHEAP_HOSTILE)))), jobs=1
+    ),
 }
 
 
@@ -101,8 +110,11 @@ def test_the_same_notebooks_get_the_same_scores(setting):
     results = SETTINGS[setting]()
     for name in honest_set():
         got, want = results[name], alone[name]
-        assert verdicts(got) == verdicts(want), (name, [c.message[:200] for q in got.questions for c in q.cases
-                                                        if not c.passed], got.notes)
+        assert verdicts(got) == verdicts(want), (
+            name,
+            [c.message[:200] for q in got.questions for c in q.cases if not c.passed],
+            got.notes,
+        )
         assert got.total == want.total and got.status == want.status == "ok", (name, got.notes, got.error)
         assert not got.notes, (name, got.notes)
     assert all(r.status != "error" for r in results.values()), {n: r.error for n, r in results.items() if r.error}
@@ -110,36 +122,49 @@ def test_the_same_notebooks_get_the_same_scores(setting):
 
 # -- (b) and (c): the command line ---------------------------------------------------------------
 
+
 def _write_class(folder: Path, notebooks: dict[str, dict | list]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     for name, nb in notebooks.items():
         if isinstance(nb, list):  # code cells
-            nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
-                  "cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-                             "source": c} for c in nb]}
+            nb = {
+                "nbformat": 4,
+                "nbformat_minor": 5,
+                "metadata": {},
+                "cells": [
+                    {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": c}
+                    for c in nb
+                ],
+            }
         (folder / f"{name}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
     return folder
 
 
 def hw01_class(folder: Path, out: Path) -> Path:
     table = attacks(folder, out)  # the attacks aim at this class's own folders
-    return _write_class(folder, {
-        "alice": submission_with(homework("hw01"), {}),
-        "bob": mutant_notebook(homework("hw01"), "key bias forgotten"),
-        "carol": stub_submission(homework("hw01")),
-        "mallory": table["kills_everything_it_can_in_a_cell"][0],
-        "trudy": table["leaves_a_background_process"][0],
-        "eve": table["signals_the_grader"][0],
-    })
+    return _write_class(
+        folder,
+        {
+            "alice": submission_with(homework("hw01"), {}),
+            "bob": mutant_notebook(homework("hw01"), "key bias forgotten"),
+            "carol": stub_submission(homework("hw01")),
+            "mallory": table["kills_everything_it_can_in_a_cell"][0],
+            "trudy": table["leaves_a_background_process"][0],
+            "eve": table["signals_the_grader"][0],
+        },
+    )
 
 
 def hw02_class(folder: Path) -> Path:
     hw = homework("hw02")
-    return _write_class(folder, {
-        "alice": submission_with(hw, {}),
-        "bob": mutant_notebook(hw, "attention fills -1e9 (fully masked rows become uniform)"),
-        "carol": stub_submission(hw),
-    })
+    return _write_class(
+        folder,
+        {
+            "alice": submission_with(hw, {}),
+            "bob": mutant_notebook(hw, "attention fills -1e9 (fully masked rows become uniform)"),
+            "carol": stub_submission(hw),
+        },
+    )
 
 
 CLI_ARGS = ["--jobs", "1", "--no-build", "--no-progress", "--timeout", "30", "--call-timeout", "3"]
@@ -165,8 +190,10 @@ def run_alone(argv) -> subprocess.CompletedProcess:
 
 
 def run_together(argvs) -> list[subprocess.CompletedProcess]:
-    procs = [subprocess.Popen(a, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for a in argvs]
+    procs = [
+        subprocess.Popen(a, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for a in argvs
+    ]
     done = []
     for a, p in zip(argvs, procs):
         try:
@@ -203,16 +230,25 @@ def test_concurrent_gradings_give_what_each_gives_alone(shared):
     alone2 = run_alone(cli("hw02", c2, work / "alone2"))
     assert alone2.returncode == 0, (alone2.stdout[-2000:], alone2.stderr[-3000:])
     book2 = gradebook(work / "alone2")
-    together = run_together([cli("hw01", c1, work / "together1a"), cli("hw01", c1, work / "together1b"),
-                             cli("hw02", c2, work / "together2")])
+    together = run_together(
+        [
+            cli("hw01", c1, work / "together1a"),
+            cli("hw01", c1, work / "together1b"),
+            cli("hw02", c2, work / "together2"),
+        ]
+    )
     for proc in together:
         assert proc.returncode == 0, (proc.args, proc.stdout[-2000:], proc.stderr[-3000:])
     assert [r["total"] for r in book1 if r["submission"] in ("alice", "carol")] == ["22", "0"]
     assert 0 < float(next(r["total"] for r in book1 if r["submission"] == "bob")) < 22
     assert next(r["total"] for r in book2 if r["submission"] == "alice") == next(
-        r["possible"] for r in book2 if r["submission"] == "alice")
-    assert 0 < float(next(r["total"] for r in book2 if r["submission"] == "bob")) < float(
-        next(r["possible"] for r in book2 if r["submission"] == "bob"))
+        r["possible"] for r in book2 if r["submission"] == "alice"
+    )
+    assert (
+        0
+        < float(next(r["total"] for r in book2 if r["submission"] == "bob"))
+        < float(next(r["possible"] for r in book2 if r["submission"] == "bob"))
+    )
     assert all(r.get("status", "ok") != "error" for r in book1 + book2), book1 + book2
     assert gradebook(work / "together1a") == book1
     assert gradebook(work / "together1b") == book1
@@ -221,18 +257,41 @@ def test_concurrent_gradings_give_what_each_gives_alone(shared):
 
 # -- (c) as an ordinary user --------------------------------------------------------------------
 
+
 def _as_ordinary_user_with_setpriv(argv, work: Path) -> list[str]:
     """uid 1000 on this machine (setpriv), in a mount namespace where /root (the Python install
     may live there, mode 700) is a traversable tmpfs with the install bound back into it."""
     base = os.path.realpath(sys.base_prefix)
     stash = work / "python-install"
     stash.mkdir(exist_ok=True)
-    script = (f"mount --bind '{base}' '{stash}' && mount -t tmpfs -o mode=0755 tmpfs /root && "
-              f"mkdir -p '{base}' && mount --bind '{stash}' '{base}' && exec \"$@\"")
-    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh",
-            "setpriv", "--reuid", "1000", "--regid", "1000", "--clear-groups", "--inh-caps=-all",
-            "--bounding-set=-all", "env", f"HOME={work / 'home'}", f"MPLCONFIGDIR={work / 'home'}",
-            "PYTHONDONTWRITEBYTECODE=1", *argv]
+    script = (
+        f"mount --bind '{base}' '{stash}' && mount -t tmpfs -o mode=0755 tmpfs /root && "
+        f"mkdir -p '{base}' && mount --bind '{stash}' '{base}' && exec \"$@\""
+    )
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        "setpriv",
+        "--reuid",
+        "1000",
+        "--regid",
+        "1000",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "env",
+        f"HOME={work / 'home'}",
+        f"MPLCONFIGDIR={work / 'home'}",
+        "PYTHONDONTWRITEBYTECODE=1",
+        *argv,
+    ]
 
 
 def _as_ordinary_user_with_bwrap(argv, work: Path) -> list[str]:
@@ -243,11 +302,44 @@ def _as_ordinary_user_with_bwrap(argv, work: Path) -> list[str]:
     # checkout may live under either)
     again = list(dict.fromkeys([base, str(REPO), os.path.realpath(sys.prefix)]))
     rebind = [a for p in again for a in ("--ro-bind", p, p)]
-    return ["bwrap", "--unshare-user", "--uid", "1000", "--gid", "1000", "--cap-drop", "ALL",
-            "--ro-bind", "/", "/", "--bind", "/proc", "/proc", "--tmpfs", "/root",
-            "--dev", "/dev", "--tmpfs", "/tmp", *rebind, "--bind", str(work), str(work),
-            "--setenv", "HOME", str(work / "home"), "--setenv", "MPLCONFIGDIR", str(work / "home"),
-            "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--chdir", str(REPO), *argv]
+    return [
+        "bwrap",
+        "--unshare-user",
+        "--uid",
+        "1000",
+        "--gid",
+        "1000",
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--bind",
+        "/proc",
+        "/proc",
+        "--tmpfs",
+        "/root",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+        *rebind,
+        "--bind",
+        str(work),
+        str(work),
+        "--setenv",
+        "HOME",
+        str(work / "home"),
+        "--setenv",
+        "MPLCONFIGDIR",
+        str(work / "home"),
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+        "--chdir",
+        str(REPO),
+        *argv,
+    ]
 
 
 def _ordinary_user_reason(method: str) -> str | None:

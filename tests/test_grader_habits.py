@@ -16,15 +16,14 @@ import zipfile
 import pytest
 
 from attngrade.grader import Grader
-from .submissions import submission_with
 
 from .homework_support import bwrap_available, homework
+from .submissions import submission_with
 
 pytestmark = pytest.mark.skipif(bwrap_available() is not None, reason=f"no sandbox here: {bwrap_available()}")
 
 FULL = {"q1": 5, "q2": 4, "q3": 5, "q4": 4, "q5": 4}
-LIMITS = {"cell_timeout": 5.0, "call_timeout": 5.0, "call_grace": 2.0, "exec_timeout": 20.0,
-          "submission_timeout": 40.0}
+LIMITS = {"cell_timeout": 5.0, "call_timeout": 5.0, "call_grace": 2.0, "exec_timeout": 20.0, "submission_timeout": 40.0}
 
 
 def hw():
@@ -36,8 +35,7 @@ def solutions():
 
 
 def code(source, outputs=None, count=None):
-    return {"cell_type": "code", "metadata": {}, "outputs": outputs or [], "execution_count": count,
-            "source": source}
+    return {"cell_type": "code", "metadata": {}, "outputs": outputs or [], "execution_count": count, "source": source}
 
 
 def markdown(source):
@@ -82,20 +80,48 @@ def saved_after_export():
         cell["execution_count"] = n
         src = _source(cell)
         if "grader.check(" in src:
-            cell["outputs"] = [{"output_type": "execute_result", "execution_count": n, "metadata": {},
-                                "data": {"text/plain": ["q1 results: All test cases passed!"],
-                                         "text/html": ["<p><strong>q1</strong> passed!</p>"]}}]
+            cell["outputs"] = [
+                {
+                    "output_type": "execute_result",
+                    "execution_count": n,
+                    "metadata": {},
+                    "data": {
+                        "text/plain": ["q1 results: All test cases passed!"],
+                        "text/html": ["<p><strong>q1</strong> passed!</p>"],
+                    },
+                }
+            ]
         elif "grader.export(" in src:
             cell["outputs"] = [
-                {"output_type": "stream", "name": "stdout", "text": ["Running your submission against local test cases...\n"]},
-                {"output_type": "display_data", "metadata": {}, "data": {
-                    "text/html": ["<p>Your submission has been exported. Click <a href='hw01_2024.zip' download>here</a></p>"],
-                    "text/plain": ["<IPython.core.display.HTML object>"]}},
-                {"output_type": "stream", "name": "stderr", "text": ["Kernel is running over TCP without encryption\n"]},
+                {
+                    "output_type": "stream",
+                    "name": "stdout",
+                    "text": ["Running your submission against local test cases...\n"],
+                },
+                {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {
+                        "text/html": [
+                            "<p>Your submission has been exported. Click <a href='hw01_2024.zip' download>here</a></p>"
+                        ],
+                        "text/plain": ["<IPython.core.display.HTML object>"],
+                    },
+                },
+                {
+                    "output_type": "stream",
+                    "name": "stderr",
+                    "text": ["Kernel is running over TCP without encryption\n"],
+                },
             ]
         else:
-            cell["outputs"] = [{"output_type": "display_data", "metadata": {},
-                                "data": {"image/png": png, "text/plain": ["<Figure size 640x480 with 1 Axes>"]}}]
+            cell["outputs"] = [
+                {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {"image/png": png, "text/plain": ["<Figure size 640x480 with 1 Axes>"]},
+                }
+            ]
     nb["metadata"]["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2}}
     nb["metadata"]["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return nb
@@ -111,7 +137,7 @@ def crlf_notebook():
 
 #: the hw01 comparisons students write: loops over inputs, comparing with the course's functions
 #: (which the homework forbids in answers; here they only name them, at top level or in a helper)
-COMPARE_LOOP = '''
+COMPARE_LOOP = """
 import attnbook
 from attnbook import attention as reference_attention
 for n in range(3):
@@ -119,78 +145,152 @@ for n in range(3):
     print(n, torch.allclose(softmax_beta(s), attnbook.softmax(s)))
     q, K, V = torch.randn(3), torch.randn(3, 6), torch.randn(2, 6)
     print(torch.allclose(retrieve(q, K, V, 1.0), reference_attention(q[None], K.T, V.T, scale=1.0)[0][0]))
-'''
+"""
 
-COMPARE_HELPER = '''
+COMPARE_HELPER = """
 def check_against_the_book(fn=softmax_beta):
     s = torch.randn(4, 5)
     return torch.allclose(fn(s), attnbook.softmax(s)) and attnbook.attention is not None
 
 if False:
     check_against_the_book()
-'''
+"""
 
 
 # habit -> (file name, notebook dict or raw bytes)
 def habits() -> dict[str, tuple[str, object]]:
     table: dict[str, tuple[str, object]] = {
         "plain_solutions": ("plain_solutions.ipynb", solutions()),
-        "cell_time_magic_around_a_definition": ("cell_time_magic.ipynb",
-                                                edited("softmax_beta", lambda s: "%%time\n" + s)),
-        "cell_time_magic_with_crlf": ("cell_time_magic_crlf.ipynb",
-                                      edited("retrieve", lambda s: ("%%time\n" + s).replace("\n", "\r\n"))),
-        "cell_capture_magic_around_a_definition": ("cell_capture_magic.ipynb",
-                                                  edited("project", lambda s: "%%capture captured\n" + s)),
-        "line_time_magic": ("line_time_magic.ipynb", with_cells(after=[
-            "%time s = softmax_beta(torch.randn(3, 4))", "%timeit -n 1 -r 1 softmax_beta(torch.randn(3, 4))",
-            "%time\nx = 1"])),
-        "matplotlib_inline": ("matplotlib_inline.ipynb", with_cells(before=[
-            "%matplotlib inline\n%config InlineBackend.figure_format = 'retina'", "%load_ext autoreload\n%autoreload 2"])),
-        "pip_install": ("pip_install.ipynb", with_cells(before=[
-            "!pip install torch matplotlib", "%pip install -q numpy", "!ls -la\nfiles = !ls"])),
+        "cell_time_magic_around_a_definition": (
+            "cell_time_magic.ipynb",
+            edited("softmax_beta", lambda s: "%%time\n" + s),
+        ),
+        "cell_time_magic_with_crlf": (
+            "cell_time_magic_crlf.ipynb",
+            edited("retrieve", lambda s: ("%%time\n" + s).replace("\n", "\r\n")),
+        ),
+        "cell_capture_magic_around_a_definition": (
+            "cell_capture_magic.ipynb",
+            edited("project", lambda s: "%%capture captured\n" + s),
+        ),
+        "line_time_magic": (
+            "line_time_magic.ipynb",
+            with_cells(
+                after=[
+                    "%time s = softmax_beta(torch.randn(3, 4))",
+                    "%timeit -n 1 -r 1 softmax_beta(torch.randn(3, 4))",
+                    "%time\nx = 1",
+                ]
+            ),
+        ),
+        "matplotlib_inline": (
+            "matplotlib_inline.ipynb",
+            with_cells(
+                before=[
+                    "%matplotlib inline\n%config InlineBackend.figure_format = 'retina'",
+                    "%load_ext autoreload\n%autoreload 2",
+                ]
+            ),
+        ),
+        "pip_install": (
+            "pip_install.ipynb",
+            with_cells(before=["!pip install torch matplotlib", "%pip install -q numpy", "!ls -la\nfiles = !ls"]),
+        ),
         "help_call": ("help_call.ipynb", with_cells(after=["help(torch.softmax)", "help(softmax_beta)"])),
-        "question_mark_help": ("question_mark_help.ipynb", with_cells(after=[
-            "softmax_beta?", "torch.softmax??", "?retrieve"])),
-        "import_inspect": ("import_inspect.ipynb", with_cells(before=["import inspect"], after=[
-            "print(inspect.getsource(softmax_beta))\nprint(inspect.signature(retrieve))"])),
+        "question_mark_help": (
+            "question_mark_help.ipynb",
+            with_cells(after=["softmax_beta?", "torch.softmax??", "?retrieve"]),
+        ),
+        "import_inspect": (
+            "import_inspect.ipynb",
+            with_cells(
+                before=["import inspect"],
+                after=["print(inspect.getsource(softmax_beta))\nprint(inspect.signature(retrieve))"],
+            ),
+        ),
         "star_import": ("star_import.ipynb", with_cells(before=["from attnbook import *\nfrom math import *"])),
         "loop_comparing_with_the_references": ("compare_loop.ipynb", with_cells(after=[COMPARE_LOOP])),
         "helper_naming_the_references": ("compare_helper.ipynb", with_cells(after=[COMPARE_HELPER])),
-        "markdown_and_raw_cells": ("markdown_and_raw.ipynb", with_cells(
-            before=[markdown("# My notes\nSoftmax is $e^x / \\sum e^x$."),
-                    {"cell_type": "raw", "metadata": {}, "source": "raw text, not code: def softmax_beta(: ..."}],
-            after=[markdown(["## done\n", "thanks"])])),
+        "markdown_and_raw_cells": (
+            "markdown_and_raw.ipynb",
+            with_cells(
+                before=[
+                    markdown("# My notes\nSoftmax is $e^x / \\sum e^x$."),
+                    {"cell_type": "raw", "metadata": {}, "source": "raw text, not code: def softmax_beta(: ..."},
+                ],
+                after=[markdown(["## done\n", "thanks"])],
+            ),
+        ),
         "input_call": ("input_call.ipynb", with_cells(after=["name = input('your name? ')\nprint('hi', name)"])),
-        "a_cell_that_raises": ("cell_raises.ipynb", with_cells(after=[
-            "raise ValueError('I was experimenting')", "undefined_name + 1", "import does_not_exist"])),
-        "display_calls": ("display_calls.ipynb", with_cells(after=[
-            "from IPython.display import display, Markdown, HTML\ndisplay(Markdown('**hi**'))\n"
-            "display(softmax_beta(torch.zeros(3)))\nHTML('<b>x</b>')"])),
-        "plots_with_show": ("plots_with_show.ipynb", with_cells(after=[
-            "import matplotlib.pyplot as plt\ns = torch.linspace(-3, 3, 50)\nfig, ax = plt.subplots()\n"
-            "for beta in (0.5, 1, 2):\n    ax.plot(s, softmax_beta(torch.stack([s, torch.zeros_like(s)], -1), beta)[:, 0])\n"
-            "plt.show()\nfig.savefig('plot.png')\nplt.close('all')"])),
-        "grader_check_and_export": ("grader_calls.ipynb", with_cells(after=[
-            "grader.check_all()", "grader.check('q3')\ngrader.export(pdf=False, run_tests=True)",
-            "grader.export()"])),
+        "a_cell_that_raises": (
+            "cell_raises.ipynb",
+            with_cells(
+                after=["raise ValueError('I was experimenting')", "undefined_name + 1", "import does_not_exist"]
+            ),
+        ),
+        "display_calls": (
+            "display_calls.ipynb",
+            with_cells(
+                after=[
+                    "from IPython.display import display, Markdown, HTML\ndisplay(Markdown('**hi**'))\n"
+                    "display(softmax_beta(torch.zeros(3)))\nHTML('<b>x</b>')"
+                ]
+            ),
+        ),
+        "plots_with_show": (
+            "plots_with_show.ipynb",
+            with_cells(
+                after=[
+                    "import matplotlib.pyplot as plt\ns = torch.linspace(-3, 3, 50)\nfig, ax = plt.subplots()\n"
+                    "for beta in (0.5, 1, 2):\n    ax.plot(s, softmax_beta(torch.stack([s, torch.zeros_like(s)], -1), beta)[:, 0])\n"
+                    "plt.show()\nfig.savefig('plot.png')\nplt.close('all')"
+                ]
+            ),
+        ),
+        "grader_check_and_export": (
+            "grader_calls.ipynb",
+            with_cells(
+                after=[
+                    "grader.check_all()",
+                    "grader.check('q3')\ngrader.export(pdf=False, run_tests=True)",
+                    "grader.export()",
+                ]
+            ),
+        ),
         "saved_after_export": ("saved_after_export.ipynb", saved_after_export()),
-        "crlf_line_endings": ("crlf_line_endings.ipynb",
-                              json.dumps(crlf_notebook(), indent=1).replace("\n", "\r\n").encode("utf-8")),
+        "crlf_line_endings": (
+            "crlf_line_endings.ipynb",
+            json.dumps(crlf_notebook(), indent=1).replace("\n", "\r\n").encode("utf-8"),
+        ),
         "byte_order_mark": ("byte_order_mark.ipynb", b"\xef\xbb\xbf" + json.dumps(solutions()).encode("utf-8")),
         "name_with_spaces": ("Anna Lee hw01.ipynb", solutions()),
         "name_with_commas": ("Lee, Anna, hw01.ipynb", solutions()),
-        "name_with_quotes": ("O'Brien \"Bob\" hw01.ipynb", solutions()),
+        "name_with_quotes": ('O\'Brien "Bob" hw01.ipynb', solutions()),
         "name_non_ascii": ("Zoë Łukasz Ñandú 学生 hw01.ipynb", solutions()),
         "very_long_name": ("student_" + "x" * 200 + ".ipynb", solutions()),
         "zip_export": ("export_zip.zip", _zip_of(solutions())),
         "autograder_notebook": ("autograder_format.ipynb", hw().autograder_notebook.read_bytes()),
-        "prints_a_lot": ("prints_a_lot.ipynb", with_cells(after=[
-            "for k in range(20000):\n    print(k, 'All tests passed!' if k % 2 else 'x' * 50)"])),
-        "main_guard_and_type_hints": ("main_guard.ipynb", with_cells(after=[
-            "from typing import Callable\nf: Callable = softmax_beta\nif __name__ == '__main__':\n    print(f(torch.ones(2)))"])),
-        "writes_files": ("writes_files.ipynb", with_cells(after=[
-            "torch.save({'w': torch.ones(2)}, 'weights.pt')\nopen('notes.txt', 'w').write('hello')\n"
-            "import os\nos.makedirs('out', exist_ok=True)"])),
+        "prints_a_lot": (
+            "prints_a_lot.ipynb",
+            with_cells(after=["for k in range(20000):\n    print(k, 'All tests passed!' if k % 2 else 'x' * 50)"]),
+        ),
+        "main_guard_and_type_hints": (
+            "main_guard.ipynb",
+            with_cells(
+                after=[
+                    "from typing import Callable\nf: Callable = softmax_beta\nif __name__ == '__main__':\n    print(f(torch.ones(2)))"
+                ]
+            ),
+        ),
+        "writes_files": (
+            "writes_files.ipynb",
+            with_cells(
+                after=[
+                    "torch.save({'w': torch.ones(2)}, 'weights.pt')\nopen('notes.txt', 'w').write('hello')\n"
+                    "import os\nos.makedirs('out', exist_ok=True)"
+                ]
+            ),
+        ),
     }
     return table
 
@@ -217,7 +317,7 @@ def graded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("habits") / "class"
     folder.mkdir()
     table = habits()
-    for name, (file_name, content) in table.items():
+    for file_name, content in table.values():
         data = content if isinstance(content, bytes) else json.dumps(content, indent=1).encode("utf-8")
         (folder / file_name).write_bytes(data)
     with Grader(hw(), jobs=2, limits=LIMITS, hide=[folder]) as grader:
@@ -232,10 +332,14 @@ def test_an_honest_notebook_gets_full_marks_with_this_habit(habit, graded):
     file_name = table[habit][0]
     assert _stem(file_name) in by_name, sorted(by_name)
     result = by_name[_stem(file_name)]
-    detail = {"status": result.status, "error": result.error, "notes": result.notes,
-              "cells": result.execution_errors, "review": result.review,
-              "failed": [f"{q.name}/{c.name}: {c.message[:300]}" for q in result.questions for c in q.cases
-                         if not c.passed]}
+    detail = {
+        "status": result.status,
+        "error": result.error,
+        "notes": result.notes,
+        "cells": result.execution_errors,
+        "review": result.review,
+        "failed": [f"{q.name}/{c.name}: {c.message[:300]}" for q in result.questions for c in q.cases if not c.passed],
+    }
     assert {q.name: q.score for q in result.questions} == FULL, detail
     assert result.total == result.possible == 22, detail
     assert result.status in ("ok", "review"), detail
@@ -246,8 +350,18 @@ def test_every_file_is_a_row_named_after_it(graded):
     assert sorted(by_name) == sorted(_stem(f) for f, _ in table.values())
 
 
-@pytest.mark.parametrize("habit", ["plain_solutions", "cell_time_magic_around_a_definition", "star_import",
-                                   "import_inspect", "help_call", "crlf_line_endings", "saved_after_export"])
+@pytest.mark.parametrize(
+    "habit",
+    [
+        "plain_solutions",
+        "cell_time_magic_around_a_definition",
+        "star_import",
+        "import_inspect",
+        "help_call",
+        "crlf_line_endings",
+        "saved_after_export",
+    ],
+)
 def test_habits_that_name_no_reference_are_not_flagged(habit, graded):
     table, by_name = graded
     result = by_name[_stem(table[habit][0])]

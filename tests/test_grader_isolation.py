@@ -28,23 +28,30 @@ import pytest
 import attnbook
 import attngrade
 from attngrade.grader import Grader
-from .submissions import code_cells, stub_submission, submission_with
 
 from .homework_support import bwrap_available, homework, running_as_root
+from .submissions import code_cells, stub_submission, submission_with
 
 pytestmark = pytest.mark.skipif(bwrap_available() is not None, reason=f"no sandbox here: {bwrap_available()}")
 
 FULL = {"q1": 5, "q2": 4, "q3": 5, "q4": 4, "q5": 4}
 ZERO = {q: 0 for q in FULL}
 # small enough that the endless loops cost seconds, large enough for honest code on a busy machine
-LIMITS = {"cell_timeout": 2.0, "call_timeout": 2.0, "wall_factor": 2.0, "call_grace": 2.0, "exec_timeout": 8.0,
-          "submission_timeout": 12.0, "memory_mb": 1024}
+LIMITS = {
+    "cell_timeout": 2.0,
+    "call_timeout": 2.0,
+    "wall_factor": 2.0,
+    "call_grace": 2.0,
+    "exec_timeout": 8.0,
+    "submission_timeout": 12.0,
+    "memory_mb": 1024,
+}
 REFERENCE = "reference implementation"  # what a test that ran a reference says
 
-WRONG_Q3 = '''
+WRONG_Q3 = """
 def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
     return torch.zeros(W_v.shape[0], dtype=x.dtype)
-'''
+"""
 
 
 def hw():
@@ -65,9 +72,14 @@ def stub_cells(after=()):
 
 def notebook(cells):
     """A notebook (nbformat 4) whose code cells are ``cells`` (a cell may be a raw source value)."""
-    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
-            "cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
-                       "source": c} for c in cells]}
+    return {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {},
+        "cells": [
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": c} for c in cells
+        ],
+    }
 
 
 def scores(result):
@@ -79,11 +91,17 @@ def failures(result):
 
 
 def explain(result):
-    return {"status": result.status, "error": result.error, "notes": result.notes,
-            "cells": result.execution_errors, "failed": failures(result)}
+    return {
+        "status": result.status,
+        "error": result.error,
+        "notes": result.notes,
+        "cells": result.execution_errors,
+        "failed": failures(result),
+    }
 
 
 # -- the places a sandbox must not see ----------------------------------------------------------
+
 
 def secret_paths(class_folder: Path, out: Path) -> list[str]:
     """Host paths that must be absent from inside the sandbox."""
@@ -91,11 +109,28 @@ def secret_paths(class_folder: Path, out: Path) -> list[str]:
     real_attnbook = Path(attnbook.__file__).resolve().parent
     real_attngrade = Path(attngrade.__file__).resolve().parent
     repo = h.folder.parent.parent
-    paths = [h.folder.parent, h.folder, h.master, h.dist, h.autograder_notebook, h.student_notebook,
-             *sorted(h.dist.glob("autograder/*.zip")), h.folder / "mutants.py", h.folder / "grading.yml",
-             real_attnbook, real_attnbook / "formal.py", real_attngrade, real_attngrade / "grader.py",
-             repo / ".git", repo / "tests", repo / "src",
-             class_folder, class_folder / "honest.ipynb", out, out / "gradebook.csv"]
+    paths = [
+        h.folder.parent,
+        h.folder,
+        h.master,
+        h.dist,
+        h.autograder_notebook,
+        h.student_notebook,
+        *sorted(h.dist.glob("autograder/*.zip")),
+        h.folder / "mutants.py",
+        h.folder / "grading.yml",
+        real_attnbook,
+        real_attnbook / "formal.py",
+        real_attngrade,
+        real_attngrade / "grader.py",
+        repo / ".git",
+        repo / "tests",
+        repo / "src",
+        class_folder,
+        class_folder / "honest.ipynb",
+        out,
+        out / "gradebook.csv",
+    ]
     return [str(p) for p in paths]
 
 
@@ -104,7 +139,7 @@ def probe_cell(paths: list[str], function: str = "retrieve") -> str:
 
     A hidden folder may appear as an empty folder (that is how bubblewrap hides it); a file, or
     anything inside a folder, must be absent."""
-    return f'''
+    return f"""
 import os
 _seen = []
 for _p in {paths!r}:
@@ -122,10 +157,10 @@ for _p in {paths!r}:
 if _seen:
     def {function}(*args, **kwargs):
         raise RuntimeError("the sandbox can see: " + ", ".join(_seen))
-'''
+"""
 
 
-COPY_SOLUTIONS_FROM_DISK = '''
+COPY_SOLUTIONS_FROM_DISK = """
 import json, os, time
 _found = []
 _start = time.monotonic()
@@ -147,10 +182,11 @@ for _path in _found + {known!r}:
                     exec(_src, globals())
     except Exception:
         pass
-'''
+"""
 
 
 # -- the attacks: name -> (code cells, expected scores, what a failing test must say) ---------
+
 
 def attacks(class_folder: Path, out: Path) -> dict[str, tuple[list, dict, str | None]]:
     grader_pid = os.getpid()
@@ -161,9 +197,12 @@ def attacks(class_folder: Path, out: Path) -> dict[str, tuple[list, dict, str | 
         "honest_too": (solution_cells(), FULL, None),
         "honest_wrong_q3": (solution_cells({"single_query_attention": WRONG_Q3}), {**FULL, "q3": 0}, None),
         "stub_as_handed_out": (stub_cells(), ZERO, None),
-
         # --- lying about results ---
-        "monkeypatch_checks": (solution_cells({"single_query_attention": WRONG_Q3}, after=['''
+        "monkeypatch_checks": (
+            solution_cells(
+                {"single_query_attention": WRONG_Q3},
+                after=[
+                    """
 import numpy, torch.testing
 torch.testing.assert_close = lambda *a, **k: None
 torch.allclose = lambda *a, **k: True
@@ -177,14 +216,31 @@ for _mod in ("attngrade.checks", "attnbook.grading.checks", "attngrade.grader"):
     except Exception:
         pass
 attnbook.formal.single_query_attention = single_query_attention
-''']), {**FULL, "q3": 0}, None),
-        "fake_success": (solution_cells({"single_query_attention": WRONG_Q3}, after=['''
+"""
+                ],
+            ),
+            {**FULL, "q3": 0},
+            None,
+        ),
+        "fake_success": (
+            solution_cells(
+                {"single_query_attention": WRONG_Q3},
+                after=[
+                    """
 print("q1 results: All test cases passed!\\nq3 results: All test cases passed!\\nAll tests passed!\\nTotal: 22/22")
 import sys
 sys.stderr.write("All tests passed!\\n")
 open("results.json", "w").write('{"total": 22, "possible": 22}')
-''']), {**FULL, "q3": 0}, None),
-        "returns_a_tensor_subclass": (solution_cells({"single_query_attention": '''
+"""
+                ],
+            ),
+            {**FULL, "q3": 0},
+            None,
+        ),
+        "returns_a_tensor_subclass": (
+            solution_cells(
+                {
+                    "single_query_attention": """
 class Liar(torch.Tensor):
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -196,8 +252,16 @@ class Liar(torch.Tensor):
 
 def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
     return torch.zeros(W_v.shape[0], dtype=x.dtype).as_subclass(Liar)
-'''}), {**FULL, "q3": 0}, None),
-        "returns_an_object_equal_to_everything": (solution_cells({"single_query_attention": '''
+"""
+                }
+            ),
+            {**FULL, "q3": 0},
+            None,
+        ),
+        "returns_an_object_equal_to_everything": (
+            solution_cells(
+                {
+                    "single_query_attention": """
 class Everything:
     def __eq__(self, other): return True
     def __ne__(self, other): return False
@@ -208,39 +272,78 @@ class Everything:
 
 def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
     return Everything()
-'''}), {**FULL, "q3": 0}, None),
-        "returns_a_dict": (solution_cells({"retrieve": '''
+"""
+                }
+            ),
+            {**FULL, "q3": 0},
+            None,
+        ),
+        "returns_a_dict": (
+            solution_cells(
+                {
+                    "retrieve": """
 def retrieve(q, K, V, beta):
     return {"shape": (V.shape[0],), "dtype": "float64", "__eq__": True}
-'''}), {**FULL, "q5": 0}, None),
-
+"""
+                }
+            ),
+            {**FULL, "q5": 0},
+            None,
+        ),
         # --- leaving, looping, hoarding ---
         "sys_exit_in_a_cell": (solution_cells(before=["import sys\nsys.exit(0)"]), FULL, None),
-        "sys_exit_in_a_call": (solution_cells({"retrieve": '''
+        "sys_exit_in_a_call": (
+            solution_cells(
+                {
+                    "retrieve": """
 def retrieve(q, K, V, beta):
     import sys
     sys.exit(0)
-'''}), {**FULL, "q5": 0}, None),
+"""
+                }
+            ),
+            {**FULL, "q5": 0},
+            None,
+        ),
         "os_exit_at_top": (solution_cells(before=["import os\nos._exit(0)"]), ZERO, None),
-        "os_exit_in_q3": (solution_cells({"single_query_attention": '''
+        "os_exit_in_q3": (
+            solution_cells(
+                {
+                    "single_query_attention": """
 def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
     import os
     os._exit(3)
-'''}), {**FULL, "q3": 0}, None),
+"""
+                }
+            ),
+            {**FULL, "q3": 0},
+            None,
+        ),
         "endless_loop_in_a_cell": (solution_cells(before=["while True:\n    pass"]), FULL, None),
         # soft limits count CPU time: waiting past the limit without computing is not a loop ...
         "waits_past_the_cpu_limit_in_a_cell": (solution_cells(before=["import time\ntime.sleep(3)"]), FULL, None),
         # ... and waiting forever is stopped after the wall-clock multiple; the rest still runs
         "sleeps_forever_in_a_cell": (solution_cells(before=["import time\ntime.sleep(600)"]), FULL, None),
-        "endless_loop_that_swallows_timeouts": (solution_cells(before=['''
+        "endless_loop_that_swallows_timeouts": (
+            solution_cells(
+                before=[
+                    """
 while True:
     try:
         while True:
             pass
     except BaseException:
         pass
-''']), ZERO, None),
-        "endless_loop_in_q5": (solution_cells({"retrieve": '''
+"""
+                ]
+            ),
+            ZERO,
+            None,
+        ),
+        "endless_loop_in_q5": (
+            solution_cells(
+                {
+                    "retrieve": """
 def retrieve(q, K, V, beta):
     while True:
         try:
@@ -248,14 +351,30 @@ def retrieve(q, K, V, beta):
                 pass
         except BaseException:
             pass
-'''}), {**FULL, "q5": 0}, None),
+"""
+                }
+            ),
+            {**FULL, "q5": 0},
+            None,
+        ),
         "huge_allocation_in_a_cell": (solution_cells(before=["big = torch.ones(2**34)"]), FULL, None),
-        "huge_allocation_in_q2": (solution_cells({"project": '''
+        "huge_allocation_in_q2": (
+            solution_cells(
+                {
+                    "project": """
 def project(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
     hoard = bytearray(8 * 2**30)
     return W_q @ x + b_q, W_k @ z + b_k[:, None], W_v @ z + b_v[:, None]
-'''}), {**FULL, "q2": 0, "q3": 0}, None),
-        "fills_tmp_and_shm": (solution_cells(before=['''
+"""
+                }
+            ),
+            {**FULL, "q2": 0, "q3": 0},
+            None,
+        ),
+        "fills_tmp_and_shm": (
+            solution_cells(
+                before=[
+                    """
 import os
 for _folder in ("/tmp", "/dev/shm", os.getcwd()):
     for _k in range(200):
@@ -264,8 +383,16 @@ for _folder in ("/tmp", "/dev/shm", os.getcwd()):
                 _f.write(b"x" * (8 << 20))
         except OSError:
             break
-''']), FULL, None),
-        "fork_bomb": (solution_cells(before=['''
+"""
+                ]
+            ),
+            FULL,
+            None,
+        ),
+        "fork_bomb": (
+            solution_cells(
+                before=[
+                    """
 import os, time
 if os.fork() == 0:
     try:
@@ -277,18 +404,33 @@ if os.fork() == 0:
     finally:
         os._exit(0)
 time.sleep(0.5)
-''']), FULL, None),
-
+"""
+                ]
+            ),
+            FULL,
+            None,
+        ),
         # --- processes and signals ---
-        "kills_everything_it_can_in_a_cell": (solution_cells(before=['''
+        "kills_everything_it_can_in_a_cell": (
+            solution_cells(
+                before=[
+                    """
 import os, signal
 for _target in (-1, 0):
     try:
         os.kill(_target, signal.SIGKILL)
     except OSError:
         pass
-''']), ZERO, None),
-        "kills_its_worker_in_a_cell": (solution_cells(before=['''
+"""
+                ]
+            ),
+            ZERO,
+            None,
+        ),
+        "kills_its_worker_in_a_cell": (
+            solution_cells(
+                before=[
+                    """
 import os, signal
 try:
     os.killpg(os.getpgid(os.getppid()), signal.SIGKILL)
@@ -298,16 +440,32 @@ try:
     os.kill(os.getppid(), signal.SIGKILL)
 except OSError:
     pass
-''']), FULL if os.geteuid() == 0 else ZERO, None),
+"""
+                ]
+            ),
+            FULL if os.geteuid() == 0 else ZERO,
+            None,
+        ),
         # as root the worker keeps a user id of its own, so the child cannot signal it and the
         # notebook is graded as its answers deserve; as an ordinary user the worker dies with it and
         # the notebook loses every test, the same on every run (it is retried once)
-        "kills_everything_in_q5": (solution_cells({"retrieve": '''
+        "kills_everything_in_q5": (
+            solution_cells(
+                {
+                    "retrieve": """
 def retrieve(q, K, V, beta):
     import os, signal
     os.kill(-1, signal.SIGKILL)
-'''}), None, None),  # its own score is whatever it is; the others must not notice
-        "signals_the_grader": (solution_cells(before=[f'''
+"""
+                }
+            ),
+            None,
+            None,
+        ),  # its own score is whatever it is; the others must not notice
+        "signals_the_grader": (
+            solution_cells(
+                before=[
+                    f"""
 import os, signal
 for _sig in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
     for _pid in ({grader_pid},):
@@ -323,8 +481,16 @@ for _name in os.listdir("/proc"):
                 os.kill(int(_name), signal.SIGTERM)
         except OSError:
             pass
-''']), None, None),
-        "leaves_a_background_process": (solution_cells(before=[f'''
+"""
+                ]
+            ),
+            None,
+            None,
+        ),
+        "leaves_a_background_process": (
+            solution_cells(
+                before=[
+                    f"""
 import os, signal, time
 if os.fork() == 0:
     os.setsid()
@@ -343,37 +509,87 @@ if os.fork() == 0:
             time.sleep(0.25)
         os._exit(0)
     os._exit(0)
-''']), FULL, None),
-
+"""
+                ]
+            ),
+            FULL,
+            None,
+        ),
         # --- the reference implementation, by every route ---
-        "calls_the_reference_in_q5": (solution_cells({"retrieve": '''
+        "calls_the_reference_in_q5": (
+            solution_cells(
+                {
+                    "retrieve": """
 def retrieve(q, K, V, beta):
     return attnbook.attention(q[None], K.T, V.T, scale=beta)[0][0]
-'''}), {**FULL, "q5": 0}, REFERENCE),
-        "imports_the_reference_under_an_alias": (solution_cells({"single_query_attention": '''
+"""
+                }
+            ),
+            {**FULL, "q5": 0},
+            REFERENCE,
+        ),
+        "imports_the_reference_under_an_alias": (
+            solution_cells(
+                {
+                    "single_query_attention": """
 def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
     from attnbook.formal import single_query_attention as reference
     return reference(x, z, W_q, b_q, W_k, b_k, W_v, b_v)
-'''}), {**FULL, "q3": 0}, REFERENCE),
-        "binds_the_reference_at_top_level": (solution_cells(after=[
-            "single_query_attention = attnbook.formal.single_query_attention"]), {**FULL, "q3": 0}, REFERENCE),
-        "obfuscated_getattr_in_q3": (solution_cells({"single_query_attention": '''
+"""
+                }
+            ),
+            {**FULL, "q3": 0},
+            REFERENCE,
+        ),
+        "binds_the_reference_at_top_level": (
+            solution_cells(after=["single_query_attention = attnbook.formal.single_query_attention"]),
+            {**FULL, "q3": 0},
+            REFERENCE,
+        ),
+        "obfuscated_getattr_in_q3": (
+            solution_cells(
+                {
+                    "single_query_attention": """
 def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
     return getattr(attnbook.formal, "single_" + "query_attention")(x, z, W_q, b_q, W_k, b_k, W_v, b_v)
-'''}), {**FULL, "q3": 0}, REFERENCE),
-        "operator_attrgetter_in_q5": (solution_cells({"retrieve": '''
+"""
+                }
+            ),
+            {**FULL, "q3": 0},
+            REFERENCE,
+        ),
+        "operator_attrgetter_in_q5": (
+            solution_cells(
+                {
+                    "retrieve": """
 def retrieve(q, K, V, beta):
     import operator
     reference = operator.attrgetter("attention")(attnbook)
     return reference(q[None], K.T, V.T, scale=beta)[0][0]
-'''}), {**FULL, "q5": 0}, REFERENCE),
-        "reloads_the_reference": (solution_cells({"softmax_beta": '''
+"""
+                }
+            ),
+            {**FULL, "q5": 0},
+            REFERENCE,
+        ),
+        "reloads_the_reference": (
+            solution_cells(
+                {
+                    "softmax_beta": """
 def softmax_beta(s, beta=1.0):
     import importlib, sys
     module = importlib.reload(sys.modules["attnbook.softmax"])
     return module.softmax(s, beta=beta)
-'''}), {"q1": 0, "q2": 4, "q3": 0, "q4": 0, "q5": 0}, REFERENCE),  # q3-q5 use softmax_beta
-        "fresh_copy_from_the_reference_file": (solution_cells({"retrieve": '''
+"""
+                }
+            ),
+            {"q1": 0, "q2": 4, "q3": 0, "q4": 0, "q5": 0},
+            REFERENCE,
+        ),  # q3-q5 use softmax_beta
+        "fresh_copy_from_the_reference_file": (
+            solution_cells(
+                {
+                    "retrieve": """
 def retrieve(q, K, V, beta):
     import importlib.util, inspect
     path = inspect.getsourcefile(attnbook.attention)
@@ -381,31 +597,71 @@ def retrieve(q, K, V, beta):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.attention(q[None], K.T, V.T, scale=beta)[0][0]
-'''}), {**FULL, "q5": 0}, REFERENCE),
-        "runpy_of_the_reference_module": (solution_cells({"single_query_attention": '''
+"""
+                }
+            ),
+            {**FULL, "q5": 0},
+            REFERENCE,
+        ),
+        "runpy_of_the_reference_module": (
+            solution_cells(
+                {
+                    "single_query_attention": """
 def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
     import runpy
     namespace = runpy.run_module(attnbook.formal.single_query_attention.__module__, run_name="fresh_copy")
     return namespace["single_query_attention"](x, z, W_q, b_q, W_k, b_k, W_v, b_v)
-'''}), {**FULL, "q3": 0}, REFERENCE),
-        "eval_of_a_string": (solution_cells({"retrieve": '''
+"""
+                }
+            ),
+            {**FULL, "q3": 0},
+            REFERENCE,
+        ),
+        "eval_of_a_string": (
+            solution_cells(
+                {
+                    "retrieve": """
 def retrieve(q, K, V, beta):
     return eval("attnbook." + "attention(q[None], K.T, V.T, scale=beta)[0][0]")
-'''}), {**FULL, "q5": 0}, REFERENCE),
-        "exec_of_a_string": (solution_cells({"single_query_attention": '''
+"""
+                }
+            ),
+            {**FULL, "q5": 0},
+            REFERENCE,
+        ),
+        "exec_of_a_string": (
+            solution_cells(
+                {
+                    "single_query_attention": """
 def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
     scope = dict(globals(), args=(x, z, W_q, b_q, W_k, b_k, W_v, b_v))
     exec("import attnbook.formal as f\\nresult = f.single_query_attention(*args)", scope)
     return scope["result"]
-'''}), {**FULL, "q3": 0}, REFERENCE),
-        "fused_attention_in_a_helper": (solution_cells({"retrieve": '''
+"""
+                }
+            ),
+            {**FULL, "q3": 0},
+            REFERENCE,
+        ),
+        "fused_attention_in_a_helper": (
+            solution_cells(
+                {
+                    "retrieve": """
 def _helper(a, b, c, s):
     return torch.nn.functional.scaled_dot_product_attention(a, b, c, scale=s)
 
 def retrieve(q, K, V, beta):
     return _helper(q[None], K.T, V.T, beta)[0]
-'''}), {**FULL, "q5": 0}, REFERENCE),
-        "torch_multihead_attention_module": (solution_cells({"retrieve": '''
+"""
+                }
+            ),
+            {**FULL, "q5": 0},
+            REFERENCE,
+        ),
+        "torch_multihead_attention_module": (
+            solution_cells(
+                {
+                    "retrieve": """
 def retrieve(q, K, V, beta):
     F = torch.nn.functional
     d = max(q.shape[0], V.shape[0])
@@ -416,14 +672,30 @@ def retrieve(q, K, V, beta):
                  torch.cat([eye, eye, eye]), None, None, None, False, 0.0, eye, None,
                  training=False, need_weights=False)
     return out[0, 0, :V.shape[0]]
-'''}), {**FULL, "q5": 0}, REFERENCE),
-
+"""
+                }
+            ),
+            {**FULL, "q5": 0},
+            REFERENCE,
+        ),
         # --- the course's secrets, classmates and the grader's folders ---
         "looks_for_secrets": (solution_cells(after=[probe_cell(secrets)]), FULL, None),
-        "copies_solutions_from_disk": (stub_cells(after=[COPY_SOLUTIONS_FROM_DISK.format(
-            tops=["/", str(h.folder.parent.parent)],
-            known=[str(h.autograder_notebook), str(h.master), str(class_folder / "honest.ipynb")])]), ZERO, None),
-        "vandal": (solution_cells(after=[f'''
+        "copies_solutions_from_disk": (
+            stub_cells(
+                after=[
+                    COPY_SOLUTIONS_FROM_DISK.format(
+                        tops=["/", str(h.folder.parent.parent)],
+                        known=[str(h.autograder_notebook), str(h.master), str(class_folder / "honest.ipynb")],
+                    )
+                ]
+            ),
+            ZERO,
+            None,
+        ),
+        "vandal": (
+            solution_cells(
+                after=[
+                    f"""
 import os, shutil
 for _folder in {[str(class_folder), str(out), str(h.dist), str(h.folder)]!r}:
     try:
@@ -441,26 +713,47 @@ try:
     os.symlink("/etc/passwd", {str(out / "feedback" / "vandal.md")!r})
 except OSError:
     pass
-''']), FULL, None),  # its answers are right; vandalism earns nothing and touches nothing
-        "writes_garbage_to_the_grader_socket": (solution_cells(after=['''
+"""
+                ]
+            ),
+            FULL,
+            None,
+        ),  # its answers are right; vandalism earns nothing and touches nothing
+        "writes_garbage_to_the_grader_socket": (
+            solution_cells(
+                after=[
+                    """
 import os
 for fd in range(3, 64):
     try:
         os.write(fd, b"\\x00\\xff" * 64)
     except OSError:
         pass
-''']), ZERO, None),
+"""
+                ]
+            ),
+            ZERO,
+            None,
+        ),
         "code_cell_source_is_numbers": (solution_cells() + [[1, 2, 3]], FULL, None),
-        "checks_who_it_runs_as": (solution_cells(after=['''
+        "checks_who_it_runs_as": (
+            solution_cells(
+                after=[
+                    f"""
 import os
-if os.getuid() == 0 or os.geteuid() == 0 or os.getgid() == 0 or {as_root!r} and os.getuid() == {host_uid}:
+if os.getuid() == 0 or os.geteuid() == 0 or os.getgid() == 0 or {running_as_root()!r} and os.getuid() == {os.getuid()}:
     def retrieve(*args, **kwargs):
         raise RuntimeError(f"running as uid {{os.getuid()}}/{{os.geteuid()}} gid {{os.getgid()}}")
-'''.format(as_root=running_as_root(), host_uid=os.getuid())]), FULL, None),
+"""
+                ]
+            ),
+            FULL,
+            None,
+        ),
     }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _batch(root: str):
     root = Path(root)
     class_folder, out = root / "class", root / "out"
@@ -485,7 +778,7 @@ def batch(tmp_path_factory):
     return _batch(str(tmp_path_factory.mktemp("isolation")))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def graded_alone() -> dict:
     """The honest submissions, each in a class of its own (one call each)."""
     table = attacks(Path("/nonexistent/class"), Path("/nonexistent/out"))
@@ -536,7 +829,9 @@ def test_honest_submissions_are_unaffected_by_the_attacks(name, batch):
     in_batch = results[name]
     alone = graded_alone()[name]
     assert scores(in_batch) == scores(alone) == table[name][1], (explain(in_batch), explain(alone))
-    assert [c.passed for q in in_batch.questions for c in q.cases] == [c.passed for q in alone.questions for c in q.cases]
+    assert [c.passed for q in in_batch.questions for c in q.cases] == [
+        c.passed for q in alone.questions for c in q.cases
+    ]
     assert in_batch.status == alone.status == "ok" and not in_batch.notes and not in_batch.execution_errors
 
 
@@ -573,8 +868,14 @@ def test_static_findings_never_change_a_score(batch):
     """The static reading flags the reference routes for review; with it switched off every score
     is the same (the reference is absent from the sandbox and watched at run time)."""
     table, results, *_ = batch
-    names = ["calls_the_reference_in_q5", "binds_the_reference_at_top_level", "operator_attrgetter_in_q5",
-             "fused_attention_in_a_helper", "honest", "honest_wrong_q3"]
+    names = [
+        "calls_the_reference_in_q5",
+        "binds_the_reference_at_top_level",
+        "operator_attrgetter_in_q5",
+        "fused_attention_in_a_helper",
+        "honest",
+        "honest_wrong_q3",
+    ]
     with Grader(hw(), limits=LIMITS, jobs=2, static_checks=False) as grader:
         plain = grader.grade_sources([(n, table[n][0]) for n in names])
     for name, result in zip(names, plain):
@@ -605,8 +906,13 @@ def test_the_sandbox_sees_no_secret_even_in_a_visible_folder(tmp_path):
         (class_folder / "honest.ipynb").write_text(json.dumps(submission_with(hw(), {})))
         (out / "gradebook.csv").write_text("x\n")
         probe = solution_cells(after=[probe_cell(secret_paths(class_folder, out))])
-        copier = stub_cells(after=[COPY_SOLUTIONS_FROM_DISK.format(
-            tops=[str(home), str(Path(sys.prefix))], known=[str(class_folder / "honest.ipynb")])])
+        copier = stub_cells(
+            after=[
+                COPY_SOLUTIONS_FROM_DISK.format(
+                    tops=[str(home), str(Path(sys.prefix))], known=[str(class_folder / "honest.ipynb")]
+                )
+            ]
+        )
         # the control: without hiding them, the classmate's notebook would be visible and copied
         with Grader(hw(), limits=LIMITS, jobs=1, hide=[class_folder, out]) as grader:
             hidden_probe, hidden_copier = grader.grade_sources([("probe", probe), ("copier", copier)])
@@ -619,7 +925,7 @@ def test_the_sandbox_sees_no_secret_even_in_a_visible_folder(tmp_path):
     assert scores(visible_copier) == FULL, "the control: a visible classmate can be copied"
 
 
-WRITES_LEFTOVERS = '''
+WRITES_LEFTOVERS = """
 import os, time, signal
 open("/tmp/note_for_the_next_student", "w").write("hi")
 open("/dev/shm/note_for_the_next_student", "w").write("hi")
@@ -629,9 +935,9 @@ if os.fork() == 0:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     time.sleep(600)
     os._exit(0)
-'''
+"""
 
-FINDS_NO_LEFTOVERS = '''
+FINDS_NO_LEFTOVERS = """
 import os
 _left = [p for p in ("/tmp/note_for_the_next_student", "/dev/shm/note_for_the_next_student",
                      os.path.join(os.getcwd(), "note_for_the_next_student")) if os.path.exists(p)]
@@ -645,7 +951,7 @@ _left += [os.path.join(d, f) for d in ("/tmp", "/dev/shm") for f in os.listdir(d
 if _left:
     def retrieve(*args, **kwargs):
         raise RuntimeError("left by an earlier submission: " + ", ".join(map(str, _left)))
-'''
+"""
 
 
 def test_nothing_survives_from_one_submission_to_the_next():
@@ -653,9 +959,12 @@ def test_nothing_survives_from_one_submission_to_the_next():
     ignores SIGTERM are gone before the next student's notebook runs; a submission that kills
     everything it can reach (its worker included) costs the next students nothing."""
     table = attacks(Path("/nonexistent/class"), Path("/nonexistent/out"))
-    cells = {"writer": solution_cells(after=[WRITES_LEFTOVERS]), "reader": solution_cells(after=[FINDS_NO_LEFTOVERS]),
-             "killer": table["kills_everything_it_can_in_a_cell"][0],
-             "wrong_q3": solution_cells({"single_query_attention": WRONG_Q3}, after=[FINDS_NO_LEFTOVERS])}
+    cells = {
+        "writer": solution_cells(after=[WRITES_LEFTOVERS]),
+        "reader": solution_cells(after=[FINDS_NO_LEFTOVERS]),
+        "killer": table["kills_everything_it_can_in_a_cell"][0],
+        "wrong_q3": solution_cells({"single_query_attention": WRONG_Q3}, after=[FINDS_NO_LEFTOVERS]),
+    }
     names = ["writer", "reader", "writer", "killer", "reader", "wrong_q3"]
     expected = {"writer": FULL, "reader": FULL, "killer": ZERO, "wrong_q3": {**FULL, "q3": 0}}
     with Grader(hw(), limits=LIMITS, jobs=1) as grader:
@@ -667,11 +976,21 @@ def test_nothing_survives_from_one_submission_to_the_next():
 
 # -- the control: every route to the reference works where the reference is reachable ----------
 
-ROUTES = ["calls_the_reference_in_q5", "imports_the_reference_under_an_alias", "binds_the_reference_at_top_level",
-          "obfuscated_getattr_in_q3", "operator_attrgetter_in_q5", "reloads_the_reference",
-          "fresh_copy_from_the_reference_file", "runpy_of_the_reference_module", "eval_of_a_string",
-          "exec_of_a_string", "fused_attention_in_a_helper", "torch_multihead_attention_module",
-          "monkeypatch_checks"]
+ROUTES = [
+    "calls_the_reference_in_q5",
+    "imports_the_reference_under_an_alias",
+    "binds_the_reference_at_top_level",
+    "obfuscated_getattr_in_q3",
+    "operator_attrgetter_in_q5",
+    "reloads_the_reference",
+    "fresh_copy_from_the_reference_file",
+    "runpy_of_the_reference_module",
+    "eval_of_a_string",
+    "exec_of_a_string",
+    "fused_attention_in_a_helper",
+    "torch_multihead_attention_module",
+    "monkeypatch_checks",
+]
 
 
 def _sample_inputs():
@@ -712,8 +1031,11 @@ def test_each_route_reaches_the_reference_where_it_is_reachable(name):
     honest = _run_here(table["honest"][0])
     # the routes reload and re-import the course package in this process: put every module back
     # as it was afterwards, so later tests see the same function objects as before
-    saved = {k: (m, dict(vars(m))) for k, m in sys.modules.items()
-             if m is not None and (k == "attnbook" or k.startswith("attnbook."))}
+    saved = {
+        k: (m, dict(vars(m)))
+        for k, m in sys.modules.items()
+        if m is not None and (k == "attnbook" or k.startswith("attnbook."))
+    }
     try:
         attacked = _run_here(table[name][0])
         for function, (args, kwargs) in _sample_inputs().items():

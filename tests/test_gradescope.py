@@ -71,7 +71,7 @@ def _replace_function(nb: dict, name: str, body: str) -> None:
         src = "".join(cell["source"])
         if src.lstrip().startswith(f"def {name}("):
             head = src[: src.index(f"def {name}(")]
-            rest = src[src.index(f"def {name}("):]
+            rest = src[src.index(f"def {name}(") :]
             # the function ends where the next top-level def starts (q4's cell defines two)
             nxt = rest.find("\ndef ", 1)
             tail = rest[nxt:] if nxt >= 0 else ""
@@ -94,8 +94,11 @@ def _notebooks(hw: Homework, folder: Path) -> dict[str, Path]:
 
     cheat = json.loads(json.dumps(solutions))  # q3 and q4 answered by the course's references
     _replace_function(cheat, "masked_attention", "    return attnbook.attention(Q, K, V, mask=mask)")
-    _replace_function(cheat, "to_additive",
-                      "    import operator\n    return operator.attrgetter('keep_to_additive')(attnbook)(keep, dtype)")
+    _replace_function(
+        cheat,
+        "to_additive",
+        "    import operator\n    return operator.attrgetter('keep_to_additive')(attnbook)(keep, dtype)",
+    )
 
     paths = {}
     for name, nb in {"honest": honest, "wrong": wrong, "cheat": cheat}.items():
@@ -111,7 +114,10 @@ def _otter_run(zip_path: Path, notebook: Path) -> dict[str, float]:
     out.mkdir()
     proc = subprocess.run(
         [sys.executable, "-m", "otter", "run", "--no-logo", "-a", str(zip_path), "-o", str(out), str(notebook)],
-        capture_output=True, text=True, timeout=300, cwd=notebook.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=notebook.parent,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))

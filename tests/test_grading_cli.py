@@ -9,9 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
-from .submissions import stub_submission, submission_with, write_notebook
-
 from .homework_support import homework
+from .submissions import stub_submission, submission_with, write_notebook
 
 WRONG_SCORES_ROW = "def scores_row(Q, K):\n    return Q @ K.T\n"
 
@@ -24,8 +23,12 @@ def test_grade_a_folder_writes_gradebook_and_feedback(tmp_path):
     write_notebook(submission_with(hw, {"scores_row": WRONG_SCORES_ROW}), subs / "bob.ipynb")
     write_notebook(stub_submission(hw), subs / "carol.ipynb")
     out = tmp_path / "grades"
-    proc = subprocess.run([sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(out), "--no-build"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(out), "--no-build"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "graded 3 submissions" in proc.stdout
     with open(out / "gradebook.csv", newline="") as f:
@@ -52,15 +55,20 @@ def test_console_script_is_installed_and_explains_itself():
 
 
 def test_unknown_homework_is_a_clear_error(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "attngrade", "hw99", str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attngrade", "hw99", str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode != 0 and "no homework 'hw99'" in proc.stderr
 
 
 def test_benchmark_reports_both_graders():
     homework("hw01")  # built
-    proc = subprocess.run([sys.executable, "-m", "attngrade.bench", "hw01", "-n", "4", "--otter-n", "1"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attngrade.bench", "hw01", "-n", "4", "--otter-n", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "class grader, 4 submissions" in proc.stdout and "full marks: 4/4" in proc.stdout
     assert "otter grade_submission, 1 submissions" in proc.stdout and "full marks: 1/1" in proc.stdout
@@ -83,8 +91,12 @@ def test_zips_exported_by_students_are_graded_and_bad_zips_score_zero(tmp_path):
         z.write(wrong, "copy/hw00.ipynb")
     (subs / "frank.zip").write_bytes(b"PK\x03\x04 this is not a zip")
     out = tmp_path / "grades"
-    proc = subprocess.run([sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(out), "--no-build"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(out), "--no-build"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     with open(out / "gradebook.csv", newline="") as f:
         by_name = {r["submission"]: r for r in csv.DictReader(f)}
@@ -100,8 +112,12 @@ def test_a_student_with_both_a_notebook_and_a_zip_is_a_clear_error(tmp_path):
     write_notebook(stub_submission(hw), tmp_path / "gina.ipynb")
     with zipfile.ZipFile(tmp_path / "gina.zip", "w") as z:
         z.write(tmp_path / "gina.ipynb", "hw00.ipynb")
-    proc = subprocess.run([sys.executable, "-m", "attngrade", "hw00", str(tmp_path), "--no-build"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attngrade", "hw00", str(tmp_path), "--no-build"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "gina" in proc.stderr and ".zip" in proc.stderr
 
 
@@ -137,8 +153,13 @@ def test_refuses_to_grade_without_bubblewrap(tmp_path):
     subs.mkdir()
     write_notebook(submission_with(hw, {}), subs / "alice.ipynb")
     env = {"PATH": str(tmp_path / "nothing-here"), "HOME": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(tmp_path / "g"),
-                           "--no-build"], capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(tmp_path / "g"), "--no-build"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 2
     assert "bubblewrap" in proc.stderr and "--unsafe-no-sandbox" in proc.stderr
     assert not (tmp_path / "g" / "gradebook.csv").exists()
@@ -197,8 +218,23 @@ def test_unsafe_no_sandbox_grades_trusted_notebooks_the_same(tmp_path):
     books = {}
     for flags in ([], ["--unsafe-no-sandbox"]):
         out = tmp_path / ("unsafe" if flags else "sandboxed")
-        proc = subprocess.run([sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(out), "--no-build",
-                               "--no-progress", *flags], capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "attngrade",
+                "hw00",
+                str(subs),
+                "--out",
+                str(out),
+                "--no-build",
+                "--no-progress",
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr
         books[bool(flags)] = (out / "gradebook.csv").read_text()
     assert books[True] == books[False]

@@ -16,9 +16,23 @@ import torch
 from attngrade import protocol
 
 
-@pytest.mark.parametrize("value", [
-    None, True, 0, -5, 2**70, 1.5, math.inf, -math.inf, "text", [1, [2, 3]], (1, "a"), {"k": (1.0, None)},
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        0,
+        -5,
+        2**70,
+        1.5,
+        math.inf,
+        -math.inf,
+        "text",
+        [1, [2, 3]],
+        (1, "a"),
+        {"k": (1.0, None)},
+    ],
+)
 def test_plain_values_round_trip(value):
     assert protocol.decode(protocol.encode(value)) == value
 
@@ -27,7 +41,9 @@ def test_nan_round_trips():
     assert math.isnan(protocol.decode(protocol.encode(math.nan)))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bool, torch.int64, torch.int32, torch.uint8])
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.float16, torch.bool, torch.int64, torch.int32, torch.uint8]
+)
 def test_tensors_round_trip_with_dtype_and_shape(dtype):
     x = (torch.randn(3, 4, 2, generator=torch.Generator().manual_seed(0)) * 10).to(dtype)
     y = protocol.decode(protocol.encode(x))
@@ -71,10 +87,15 @@ def test_depth_and_size_limits():
         protocol.encode(deep)
 
 
-@pytest.mark.parametrize("body", [
-    b"", b"\x00\x00\x00\x05{}", pickle.dumps(object()),
-    struct.pack(">I", 2) + b"{}" + struct.pack(">I", 2) + b"[]",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"\x00\x00\x00\x05{}",
+        pickle.dumps(object()),
+        struct.pack(">I", 2) + b"{}" + struct.pack(">I", 2) + b"[]",
+    ],
+)
 def test_malformed_frames_raise_protocol_error(body):
     with pytest.raises(protocol.ProtocolError):
         protocol.decode(body)

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-import attnbook  # noqa: F401  (the analyser resolves names among loaded modules)
-import attnbook.formal  # noqa: F401
 import pytest
 
+import attnbook  # noqa: F401  (the analyser resolves names among loaded modules)
+import attnbook.formal  # noqa: F401
 from attngrade.static import analyze
 
-FORBIDDEN = ["attnbook.softmax", "attnbook.formal.single_query_attention",
-             "torch.nn.functional.scaled_dot_product_attention"]
+FORBIDDEN = [
+    "attnbook.softmax",
+    "attnbook.formal.single_query_attention",
+    "torch.nn.functional.scaled_dot_product_attention",
+]
 QUESTIONS = {"q1": ["softmax_beta"], "q3": ["single_query_attention"]}
 
-CLEAN = '''
+CLEAN = """
 import math
 import torch
 import attnbook
@@ -24,7 +27,7 @@ def softmax_beta(s, beta=1.0):
 def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
     q = W_q @ x + b_q
     return (W_v @ z + b_v[:, None]) @ softmax_beta((W_k @ z + b_k[:, None]).T @ q / math.sqrt(q.shape[0]))
-'''
+"""
 
 
 def flagged(*cells):
@@ -40,22 +43,27 @@ def test_top_level_comparison_with_the_reference_is_allowed():
     assert flagged(CLEAN, check) == {"q1": False, "q3": False}
 
 
-@pytest.mark.parametrize("cheat", [
-    "def softmax_beta(s, beta=1.0):\n    return attnbook.softmax(s, beta=beta)",
-    "import attnbook as ab\ndef softmax_beta(s, beta=1.0):\n    return ab.softmax(s, beta=beta)",
-    "from attnbook import softmax as sm\ndef softmax_beta(s, beta=1.0):\n    return sm(s, beta=beta)",
-    "from attnbook.softmax import softmax\ndef softmax_beta(s, beta=1.0):\n    return softmax(s, beta=beta)",
-    "from attnbook import *\ndef softmax_beta(s, beta=1.0):\n    return softmax(s, beta=beta)",
-    "def softmax_beta(s, beta=1.0):\n    return getattr(attnbook, 'softmax')(s, beta=beta)",
-    "def helper(s, beta):\n    return attnbook.softmax(s, beta=beta)\ndef softmax_beta(s, beta=1.0):\n    return helper(s, beta)",
-])
+@pytest.mark.parametrize(
+    "cheat",
+    [
+        "def softmax_beta(s, beta=1.0):\n    return attnbook.softmax(s, beta=beta)",
+        "import attnbook as ab\ndef softmax_beta(s, beta=1.0):\n    return ab.softmax(s, beta=beta)",
+        "from attnbook import softmax as sm\ndef softmax_beta(s, beta=1.0):\n    return sm(s, beta=beta)",
+        "from attnbook.softmax import softmax\ndef softmax_beta(s, beta=1.0):\n    return softmax(s, beta=beta)",
+        "from attnbook import *\ndef softmax_beta(s, beta=1.0):\n    return softmax(s, beta=beta)",
+        "def softmax_beta(s, beta=1.0):\n    return getattr(attnbook, 'softmax')(s, beta=beta)",
+        "def helper(s, beta):\n    return attnbook.softmax(s, beta=beta)\ndef softmax_beta(s, beta=1.0):\n    return helper(s, beta)",
+    ],
+)
 def test_answer_that_names_the_reference_is_flagged_on_its_question_only(cheat):
     assert flagged(CLEAN, cheat) == {"q1": True, "q3": True}  # q3 calls softmax_beta
 
 
 def test_reference_used_only_by_one_answer_flags_only_its_question():
-    cheat = ("from attnbook.formal import single_query_attention as sqa\n"
-             "def single_query_attention(*args):\n    return sqa(*args)")
+    cheat = (
+        "from attnbook.formal import single_query_attention as sqa\n"
+        "def single_query_attention(*args):\n    return sqa(*args)"
+    )
     assert flagged(CLEAN, cheat) == {"q1": False, "q3": True}
 
 
@@ -64,27 +72,33 @@ def test_torch_fused_kernel_alias_is_flagged():
     assert flagged(CLEAN, cheat) == {"q1": False, "q3": True}
 
 
-@pytest.mark.parametrize("binding", [
-    "softmax_beta = attnbook.softmax",
-    "import functools\nsoftmax_beta = functools.partial(attnbook.softmax, dim=-1)",
-    "table = {'f': attnbook.softmax}",
-    "softmax_beta = lambda s, beta=1.0: attnbook.softmax(s, beta=beta)",
-])
+@pytest.mark.parametrize(
+    "binding",
+    [
+        "softmax_beta = attnbook.softmax",
+        "import functools\nsoftmax_beta = functools.partial(attnbook.softmax, dim=-1)",
+        "table = {'f': attnbook.softmax}",
+        "softmax_beta = lambda s, beta=1.0: attnbook.softmax(s, beta=beta)",
+    ],
+)
 def test_top_level_binding_of_the_reference_is_flagged_everywhere(binding):
     assert flagged(CLEAN, binding) == {"q1": True, "q3": True}
 
 
-@pytest.mark.parametrize("dynamic", [
-    "exec('x = 1')",
-    "import importlib",
-    "from importlib import reload",
-    "f = eval('attnbook.soft' + 'max')",
-    "name = 'softmax'\ng = getattr(attnbook, name)",
-    "import sys\nm = sys.modules['attnbook.softmax']",
-    "x = softmax_beta.__globals__",
-    "import gc",
-    "y = torch.ops.aten",
-])
+@pytest.mark.parametrize(
+    "dynamic",
+    [
+        "exec('x = 1')",
+        "import importlib",
+        "from importlib import reload",
+        "f = eval('attnbook.soft' + 'max')",
+        "name = 'softmax'\ng = getattr(attnbook, name)",
+        "import sys\nm = sys.modules['attnbook.softmax']",
+        "x = softmax_beta.__globals__",
+        "import gc",
+        "y = torch.ops.aten",
+    ],
+)
 def test_dynamic_code_at_top_level_is_flagged_everywhere(dynamic):
     assert flagged(CLEAN, dynamic) == {"q1": True, "q3": True}
 

@@ -28,9 +28,16 @@ def heads(batch, h_q, h_kv, n, m, d_k, d_v, *, dtype=F64, device="cpu", seed=0):
 
 
 @PROPERTY
-@given(batch=st.lists(st.integers(1, 3), max_size=2), h_kv=st.integers(1, 3), groups=st.integers(1, 4),
-       n=st.integers(1, 7), m=st.integers(1, 7), d_k=st.integers(1, 5), d_v=st.integers(1, 4),
-       seed=st.integers(0, 10**6))
+@given(
+    batch=st.lists(st.integers(1, 3), max_size=2),
+    h_kv=st.integers(1, 3),
+    groups=st.integers(1, 4),
+    n=st.integers(1, 7),
+    m=st.integers(1, 7),
+    d_k=st.integers(1, 5),
+    d_v=st.integers(1, 4),
+    seed=st.integers(0, 10**6),
+)
 def test_equals_repeating_the_key_value_heads(device, dtype, batch, h_kv, groups, n, m, d_k, d_v, seed):
     q, k, v = heads(batch, h_kv * groups, h_kv, n, m, d_k, d_v, dtype=dtype, device=device, seed=seed)
     out, weights = grouped_query_attention(q, k, v)

@@ -147,10 +147,13 @@ def test_assign_command_fails_when_a_solution_fails_its_tests(tmp_path):
     for cell in nb["cells"]:
         src = "".join(cell["source"])
         if cell["cell_type"] == "code" and "def mask_row_to_column" in src:
-            cell["source"] = src.replace("return M.transpose(0, 1)  # (n, m) -> (m, n)", "return M  # forgot the transpose")
+            cell["source"] = src.replace(
+                "return M.transpose(0, 1)  # (n, m) -> (m, n)", "return M  # forgot the transpose"
+            )
             assert cell["source"] != src
     (copy / "hw00.ipynb").write_text(json.dumps(nb), encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "attngrade.assign", str(copy)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attngrade.assign", str(copy)], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode != 0
     assert "hw00" in proc.stderr and ("otter assign failed" in proc.stderr or "solutions get" in proc.stderr)

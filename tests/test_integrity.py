@@ -62,6 +62,7 @@ def ran(guard: Guard, func, *args, **kwargs) -> list[str]:
 
 # -- every route to the reference is caught ---------------------------------------------------
 
+
 def _fresh_module_copy():
     spec = importlib.util.spec_from_file_location("attnbook.attention_copy", ATTENTION_FILE)
     module = importlib.util.module_from_spec(spec)
@@ -101,7 +102,7 @@ ROUTES = {
     "direct": lambda q, k, v: attnbook.attention(q, k, v),
     "operator.attrgetter": lambda q, k, v: operator.attrgetter("attention")(attnbook)(q, k, v),
     "attrgetter dotted": lambda q, k, v: operator.attrgetter("formal.attention")(attnbook),  # not called
-    "getattr(__import__)": lambda q, k, v: getattr(__import__("attnbook"), "attention")(q, k, v),
+    "getattr(__import__)": lambda q, k, v: __import__("attnbook").attention(q, k, v),
     "functools.partial": lambda q, k, v: functools.partial(attnbook.attention, q)(k, v),
     "eval": lambda q, k, v: eval("attnbook.attention")(q, k, v),
     "eval of a joined name": lambda q, k, v: eval("attnbook." + "atten" + "tion")(q, k, v),
@@ -113,23 +114,33 @@ ROUTES = {
     "attnbook.softmax via vars()": lambda q, k, v: vars(attnbook)["softmax"](q @ k.T),
     "attnbook.apply_mask": lambda q, k, v: attnbook.apply_mask(q @ k.T, MASK),
     "attnbook.formal.attention": lambda q, k, v: attnbook.formal.attention(
-        q.T.contiguous(), k.T.contiguous(), *[torch.eye(4, dtype=q.dtype), torch.zeros(4, dtype=q.dtype)] * 3),
-    "MultiHeadAttention": lambda q, k, v: attnbook.MultiHeadAttention(4, 2)(q[None].float(), k[None].float(), v[None].float()),
-    "a subclass of MultiHeadAttention": lambda q, k, v: _Subclassed(4, 2)(q[None].float(), k[None].float(), v[None].float()),
+        q.T.contiguous(), k.T.contiguous(), *[torch.eye(4, dtype=q.dtype), torch.zeros(4, dtype=q.dtype)] * 3
+    ),
+    "MultiHeadAttention": lambda q, k, v: attnbook.MultiHeadAttention(4, 2)(
+        q[None].float(), k[None].float(), v[None].float()
+    ),
+    "a subclass of MultiHeadAttention": lambda q, k, v: _Subclassed(4, 2)(
+        q[None].float(), k[None].float(), v[None].float()
+    ),
     # PyTorch's fused attention
     "F.scaled_dot_product_attention in a helper": _helper_with_fused_attention,
     "torch._C._nn": lambda q, k, v: torch._C._nn.scaled_dot_product_attention(q, k, v),
-    "attrgetter on torch": lambda q, k, v: operator.attrgetter("nn.functional.scaled_dot_product_attention")(torch)(q, k, v),
+    "attrgetter on torch": lambda q, k, v: operator.attrgetter("nn.functional.scaled_dot_product_attention")(torch)(
+        q, k, v
+    ),
     "torch.ops.aten packet": lambda q, k, v: torch.ops.aten.scaled_dot_product_attention(q, k, v),
     "torch.ops.aten overload": lambda q, k, v: torch.ops.aten.scaled_dot_product_attention.default(q, k, v),
     "torch.ops.aten math kernel": lambda q, k, v: torch.ops.aten._scaled_dot_product_attention_math(q, k, v),
     "torch.ops.aten flash kernel": lambda q, k, v: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q[None, None].float(), k[None, None].float(), v[None, None].float()),
+        q[None, None].float(), k[None, None].float(), v[None, None].float()
+    ),
     "eval of torch's name": lambda q, k, v: eval("torch.nn.functional.scaled_dot_product_attention")(q, k, v),
     "nn.MultiheadAttention": lambda q, k, v: torch.nn.MultiheadAttention(4, 2, batch_first=True).double()(
-        q[None], k[None], v[None]),
+        q[None], k[None], v[None]
+    ),
     "F.multi_head_attention_forward": lambda q, k, v: torch.nn.MultiheadAttention(4, 1).double()(
-        q[:, None], k[:, None], v[:, None], need_weights=False),
+        q[:, None], k[:, None], v[:, None], need_weights=False
+    ),
 }
 EXPECTED_HIT = {
     "attnbook.softmax via vars()": "attnbook.softmax",
@@ -179,7 +190,9 @@ def test_native_multi_head_attention_fast_path(guard: Guard) -> None:
 def test_torch_multihead_attention_as_a_class() -> None:
     g = Guard(["torch.nn.MultiheadAttention"])  # hw03's entry: every function of the class
     x = torch.randn(1, 3, 4)
-    assert ran(g, lambda: torch.nn.MultiheadAttention(4, 2, batch_first=True)(x, x, x)) == ["torch.nn.MultiheadAttention"]
+    assert ran(g, lambda: torch.nn.MultiheadAttention(4, 2, batch_first=True)(x, x, x)) == [
+        "torch.nn.MultiheadAttention"
+    ]
 
 
 def test_reference_then_an_error_still_reports_the_reference(guard: Guard) -> None:
@@ -204,6 +217,7 @@ def test_a_reference_caught_by_the_answer_itself_is_still_seen(guard: Guard) -> 
 
 
 # -- honest code is not flagged ---------------------------------------------------------------
+
 
 def honest_matmul(Q, K, V, mask=None):
     S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
@@ -314,7 +328,8 @@ def test_message(guard: Guard) -> None:
     ran(guard, ROUTES["direct"], Q, K, V)
     assert guard.message("masked_attention") == (
         "`masked_attention` ran attnbook.attention, the reference implementation this homework asks "
-        "you to write; this test scores 0")
+        "you to write; this test scores 0"
+    )
     guard.reset()
     assert guard.hits == []
 
@@ -345,6 +360,7 @@ def test_unknown_names_are_kept_aside() -> None:
 
 # -- checks.call applies it: grader.check and otter's runner --------------------------------------
 
+
 @pytest.fixture
 def no_list(monkeypatch, tmp_path):
     """No forbidden list from anywhere but what the test sets."""
@@ -366,8 +382,10 @@ def test_check_call_fails_an_answer_that_runs_the_reference(no_list) -> None:
     integrity.configure(FORBIDDEN)
     with pytest.raises(CheckFailure) as info:
         check_call(cheat, "masked_attention", (Q, K, V), expected, kwargs={"mask": MASK})
-    assert str(info.value).startswith("`masked_attention` ran attnbook.attention, the reference "
-                                      "implementation this homework asks you to write; this test scores 0")
+    assert str(info.value).startswith(
+        "`masked_attention` ran attnbook.attention, the reference "
+        "implementation this homework asks you to write; this test scores 0"
+    )
     check_call(honest_matmul, "masked_attention", (Q, K, V), expected, kwargs={"mask": MASK})
     with pytest.raises(CheckFailure, match="scaled_dot_product_attention"):
         call(_helper_with_fused_attention, "masked_attention", (Q, K, V))

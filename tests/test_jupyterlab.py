@@ -59,10 +59,23 @@ def lab(tmp_path_factory):
     tracker.parent.mkdir(parents=True)
     tracker.write_text(json.dumps({"windowingMode": "none"}))
     port = _free_port()
-    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTERLAB_WORKSPACES_DIR=str(home / "ws"),
-               JUPYTER_RUNTIME_DIR=str(home / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(home / "settings"))
-    command = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.token=",
-               "--ServerApp.password=", f"--ServerApp.root_dir={ROOT / 'book'}"]
+    env = dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(home / "config"),
+        JUPYTERLAB_WORKSPACES_DIR=str(home / "ws"),
+        JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+        JUPYTERLAB_SETTINGS_DIR=str(home / "settings"),
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        f"--port={port}",
+        "--ServerApp.token=",
+        "--ServerApp.password=",
+        f"--ServerApp.root_dir={ROOT / 'book'}",
+    ]
     if os.geteuid() == 0:
         command.append("--allow-root")
     log = open(home / "lab.log", "w")
@@ -99,12 +112,18 @@ def test_chapter_renders_theorems_in_jupyterlab(lab):
             page.wait_for_timeout(500)
             SHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SHOTS / f"jupyterlab-{Path(CHAPTER).stem}.png"))
-            proofs = page.evaluate("Array.from(document.querySelectorAll('.jp-MarkdownCell .myst-proof'))"
-                                   ".map(e => e.innerText.split('\\n')[0])")
-            raw = page.evaluate("Array.from(document.querySelectorAll('.jp-MarkdownCell'))"
-                                ".map(c => c.innerText).filter(t => /\\{prf:|:label:|\\{solution-start\\}/.test(t))")
-            solutions = page.evaluate("Array.from(document.querySelectorAll('.jp-MarkdownCell details'))"
-                                      ".filter(d => /Solution/.test(d.innerText)).map(d => d.open)")
+            proofs = page.evaluate(
+                "Array.from(document.querySelectorAll('.jp-MarkdownCell .myst-proof'))"
+                ".map(e => e.innerText.split('\\n')[0])"
+            )
+            raw = page.evaluate(
+                "Array.from(document.querySelectorAll('.jp-MarkdownCell'))"
+                ".map(c => c.innerText).filter(t => /\\{prf:|:label:|\\{solution-start\\}/.test(t))"
+            )
+            solutions = page.evaluate(
+                "Array.from(document.querySelectorAll('.jp-MarkdownCell details'))"
+                ".filter(d => /Solution/.test(d.innerText)).map(d => d.open)"
+            )
             toasts = page.evaluate("document.querySelectorAll('.Toastify__toast').length")
         finally:
             browser.close()

@@ -25,8 +25,14 @@ def sequence(batch, n, d_k, d_v, *, dtype, device, seed=0):
 
 
 @PROPERTY
-@given(batch=st.lists(st.integers(1, 3), max_size=2), n=st.integers(1, 10), d_k=st.integers(1, 5),
-       d_v=st.integers(1, 4), prefill=st.integers(0, 10), seed=st.integers(0, 10**6))
+@given(
+    batch=st.lists(st.integers(1, 3), max_size=2),
+    n=st.integers(1, 10),
+    d_k=st.integers(1, 5),
+    d_v=st.integers(1, 4),
+    prefill=st.integers(0, 10),
+    seed=st.integers(0, 10**6),
+)
 def test_decoding_equals_full_causal_attention(device, dtype, batch, n, d_k, d_v, prefill, seed):
     q, k, v = sequence(batch, n, d_k, d_v, dtype=dtype, device=device, seed=seed)
     expected, expected_weights = attention(q, k, v, mask=causal_mask(n, device=device))
@@ -37,7 +43,7 @@ def test_decoding_equals_full_causal_attention(device, dtype, batch, n, d_k, d_v
         out, _ = cache.step(q[..., :prefill, :], k[..., :prefill, :], v[..., :prefill, :])
         rows.append(out)
     for t in range(prefill, n):
-        out, weights = cache.step(q[..., t:t + 1, :], k[..., t:t + 1, :], v[..., t:t + 1, :], need_weights=True)
+        out, weights = cache.step(q[..., t : t + 1, :], k[..., t : t + 1, :], v[..., t : t + 1, :], need_weights=True)
         assert weights.shape[-1] == t + 1  # step t sees t + 1 keys
         assert_close(weights[..., 0, :], expected_weights[..., t, : t + 1], **tolerances(dtype))
         rows.append(out)

@@ -16,15 +16,15 @@ import pytest
 from attngrade.grader import Grader
 from attngrade.homework import all_homework
 from attngrade.report import failure_summary
-from .submissions import code_cells, load_mutants, mutant_submission, stub_submission, submission_with
 
 from .homework_support import homework
+from .submissions import code_cells, load_mutants, mutant_submission, stub_submission, submission_with
 
 HOMEWORK = [hw.name for hw in all_homework()]
 MUTANTS = [(hw.name, name) for hw in all_homework() for name in load_mutants(hw)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def graded(name: str) -> dict:
     """Grade the correct solution, the stub and every mutant of one homework, in one batch."""
     hw = homework(name)

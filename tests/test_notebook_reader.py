@@ -68,8 +68,8 @@ def patch_headers(data: bytes, **fields) -> bytes:
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         (info,) = z.infolist()
         start_dir = z.start_dir
-    assert out[info.header_offset:info.header_offset + 4] == b"PK\x03\x04"
-    assert out[start_dir:start_dir + 4] == b"PK\x01\x02"
+    assert out[info.header_offset : info.header_offset + 4] == b"PK\x03\x04"
+    assert out[start_dir : start_dir + 4] == b"PK\x01\x02"
     for key, value in fields.items():
         for base, table in ((info.header_offset, local), (start_dir, central)):
             off, fmt = table[key]
@@ -95,6 +95,7 @@ def refused(path: Path, *words: str) -> str:
 
 
 # -- files that are not regular files ----------------------------------------------------------
+
 
 def test_symlink_is_refused_and_not_followed(tmp_path):
     target = write(tmp_path / "secret_solutions.ipynb", good_nb())
@@ -145,23 +146,27 @@ def test_too_large_is_refused_before_reading(tmp_path):
 
 # -- notebooks that are not notebooks ------------------------------------------------------------
 
-@pytest.mark.parametrize("data, words", [
-    (b"", ["empty"]),
-    (b"  \r\n\t", ["white space"]),
-    (b'{"cells": [], "x": "caf\xe9"}', ["not UTF-8"]),
-    (b"import torch\nprint(1)\n", ["not valid JSON", "line 1"]),
-    (b"{\"cells\": [", ["not valid JSON"]),
-    (b"[" * 100_000 + b"]" * 100_000, ["nested too deeply"]),
-    (b"{" + b'"a":{' * 50_000 + b"}" * 50_001, ["nested too deeply"]),
-    (b'{"cells": [], "n": ' + b"9" * 5000 + b"}", ["could not be parsed"]),
-    (b"[1, 2, 3]", ["not a Jupyter notebook", "a list"]),
-    (b'"cells"', ["not a Jupyter notebook", "a string"]),
-    (b"null", ["not a Jupyter notebook", "null"]),
-    (b'{"metadata": {}, "nbformat": 4}', ["no cells"]),
-    (b'{"cells": {"0": {}}}', ["cells are an object"]),
-    (b'{"cells": "print(1)"}', ["cells are a string"]),
-    (b'{"worksheets": 3}', ["worksheets are a number"]),
-])
+
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (b"", ["empty"]),
+        (b"  \r\n\t", ["white space"]),
+        (b'{"cells": [], "x": "caf\xe9"}', ["not UTF-8"]),
+        (b"import torch\nprint(1)\n", ["not valid JSON", "line 1"]),
+        (b'{"cells": [', ["not valid JSON"]),
+        (b"[" * 100_000 + b"]" * 100_000, ["nested too deeply"]),
+        (b"{" + b'"a":{' * 50_000 + b"}" * 50_001, ["nested too deeply"]),
+        (b'{"cells": [], "n": ' + b"9" * 5000 + b"}", ["could not be parsed"]),
+        (b"[1, 2, 3]", ["not a Jupyter notebook", "a list"]),
+        (b'"cells"', ["not a Jupyter notebook", "a string"]),
+        (b"null", ["not a Jupyter notebook", "null"]),
+        (b'{"metadata": {}, "nbformat": 4}', ["no cells"]),
+        (b'{"cells": {"0": {}}}', ["cells are an object"]),
+        (b'{"cells": "print(1)"}', ["cells are a string"]),
+        (b'{"worksheets": 3}', ["worksheets are a number"]),
+    ],
+)
 def test_not_a_notebook(tmp_path, data, words):
     refused(write(tmp_path / "carol.ipynb", data), "carol.ipynb", *words)
 
@@ -176,14 +181,17 @@ def test_too_many_cells(tmp_path, monkeypatch):
     refused(write(tmp_path / "many.ipynb", nb(*[code("x = 1\n")] * 101)), "101 cells")
 
 
-@pytest.mark.parametrize("bad, what", [
-    ([1, 2, 3], "a list (not only strings)"),
-    (["x = 1\n", ["nested"]], "a list (not only strings)"),
-    (["x = 1\n", None], "a list (not only strings)"),
-    (None, "null"),
-    ({"text": "x = 1"}, "an object"),
-    (42, "a number"),
-])
+@pytest.mark.parametrize(
+    "bad, what",
+    [
+        ([1, 2, 3], "a list (not only strings)"),
+        (["x = 1\n", ["nested"]], "a list (not only strings)"),
+        (["x = 1\n", None], "a list (not only strings)"),
+        (None, "null"),
+        ({"text": "x = 1"}, "an object"),
+        (42, "a number"),
+    ],
+)
 def test_odd_source_is_an_empty_cell_and_the_rest_is_graded(tmp_path, bad, what):
     sub = read_submission(write(tmp_path / "dan.ipynb", nb(code(CODE), code(bad), code("answer = f(1)\n"))))
     assert sub.cells == [GOOD_CELLS[0], "", GOOD_CELLS[1]]  # numbering of code cells kept
@@ -205,12 +213,15 @@ def test_notes_are_capped(tmp_path):
 
 
 def test_lone_surrogate_in_source_is_replaced(tmp_path):
-    sub = read_submission(write(tmp_path / "x.ipynb", b'{"cells": [{"cell_type": "code", "source": "s = \\"\\ud800\\"\\n"}]}'))
+    sub = read_submission(
+        write(tmp_path / "x.ipynb", b'{"cells": [{"cell_type": "code", "source": "s = \\"\\ud800\\"\\n"}]}')
+    )
     assert sub.cells == ['s = "\ufffd"\n']
     sub.cells[0].encode("utf-8")
 
 
 # -- honest habits -------------------------------------------------------------------------------
+
 
 def test_plain_notebook(tmp_path):
     sub = read_submission(write(tmp_path / "alice.ipynb", good_nb()))
@@ -219,8 +230,9 @@ def test_plain_notebook(tmp_path):
 
 
 def test_crlf_json_and_sources_and_bom(tmp_path):
-    text = json.dumps(nb(code(["import torch\r\n", "def f(x):\r\n", "    return x + 1\r\n"]),
-                         code("a = 1\rb = 2\r\n")), indent=1).replace("\n", "\r\n")
+    text = json.dumps(
+        nb(code(["import torch\r\n", "def f(x):\r\n", "    return x + 1\r\n"]), code("a = 1\rb = 2\r\n")), indent=1
+    ).replace("\n", "\r\n")
     sub = read_submission(write(tmp_path / "win.ipynb", b"\xef\xbb\xbf" + text.encode("utf-8")))
     assert sub.cells == [GOOD_CELLS[0], "a = 1\nb = 2\n"]
 
@@ -235,10 +247,19 @@ def test_bom_inside_a_cell_is_dropped(tmp_path):
 
 
 def test_markdown_raw_ignored_and_string_source(tmp_path):
-    cells = read_cells(write(tmp_path / "x.ipynb", nb(
-        md(["# Title\n", "text"]), {"cell_type": "raw", "metadata": {}, "source": "raw"},
-        code("x = 1\ny = 2"), {"cell_type": "code", "metadata": {}},  # no source at all: empty
-        {"source": "no type"}, code([]))))
+    cells = read_cells(
+        write(
+            tmp_path / "x.ipynb",
+            nb(
+                md(["# Title\n", "text"]),
+                {"cell_type": "raw", "metadata": {}, "source": "raw"},
+                code("x = 1\ny = 2"),
+                {"cell_type": "code", "metadata": {}},  # no source at all: empty
+                {"source": "no type"},
+                code([]),
+            ),
+        )
+    )
     assert cells == ["x = 1\ny = 2", "", ""]
 
 
@@ -246,38 +267,79 @@ def test_notebook_saved_after_export(tmp_path):
     """outputs (including an error and an image), widget state, attachments, execution counts."""
     saved = nb(
         md(["![img](attachment:a.png)"]) | {"attachments": {"a.png": {"image/png": "iVBORw0KGgo="}}},
-        code(CODE, execution_count=3, outputs=[
-            {"output_type": "stream", "name": "stdout", "text": ["ok\n"]},
-            {"output_type": "display_data", "data": {"image/png": "iVBORw0KGgo=", "text/plain": ["<Figure>"]},
-             "metadata": {}},
-            {"output_type": "error", "ename": "AssertionError", "evalue": "", "traceback": ["\x1b[31m..."]}]),
-        code("grader.export(pdf=False)\n", execution_count=4, outputs=[
-            {"output_type": "display_data", "metadata": {},
-             "data": {"application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2},
-                      "text/html": "<a href='hw02.zip'>download</a>"}}]),
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"},
-                  "widgets": {"application/vnd.jupyter.widget-state+json": {"state": {"abc": {}}}},
-                  "otter": {"OK_FORMAT": True}})
+        code(
+            CODE,
+            execution_count=3,
+            outputs=[
+                {"output_type": "stream", "name": "stdout", "text": ["ok\n"]},
+                {
+                    "output_type": "display_data",
+                    "data": {"image/png": "iVBORw0KGgo=", "text/plain": ["<Figure>"]},
+                    "metadata": {},
+                },
+                {"output_type": "error", "ename": "AssertionError", "evalue": "", "traceback": ["\x1b[31m..."]},
+            ],
+        ),
+        code(
+            "grader.export(pdf=False)\n",
+            execution_count=4,
+            outputs=[
+                {
+                    "output_type": "display_data",
+                    "metadata": {},
+                    "data": {
+                        "application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2},
+                        "text/html": "<a href='hw02.zip'>download</a>",
+                    },
+                }
+            ],
+        ),
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3"},
+            "widgets": {"application/vnd.jupyter.widget-state+json": {"state": {"abc": {}}}},
+            "otter": {"OK_FORMAT": True},
+        },
+    )
     cells = read_cells(write(tmp_path / "x.ipynb", saved))
     assert cells == [GOOD_CELLS[0], "grader.export(pdf=False)\n"]
 
 
 def test_nbformat3(tmp_path):
-    v3 = {"nbformat": 3, "nbformat_minor": 0, "metadata": {"name": ""}, "worksheets": [
-        {"cells": [{"cell_type": "heading", "level": 1, "source": ["hw02"]},
-                   {"cell_type": "code", "language": "python", "input": CODE, "outputs": [], "prompt_number": 1},
-                   {"cell_type": "markdown", "source": "text"}], "metadata": {}},
-        {"cells": [{"cell_type": "code", "language": "python", "input": "answer = f(1)\n", "outputs": []}]},
-        "not a worksheet"]}
+    v3 = {
+        "nbformat": 3,
+        "nbformat_minor": 0,
+        "metadata": {"name": ""},
+        "worksheets": [
+            {
+                "cells": [
+                    {"cell_type": "heading", "level": 1, "source": ["hw02"]},
+                    {"cell_type": "code", "language": "python", "input": CODE, "outputs": [], "prompt_number": 1},
+                    {"cell_type": "markdown", "source": "text"},
+                ],
+                "metadata": {},
+            },
+            {"cells": [{"cell_type": "code", "language": "python", "input": "answer = f(1)\n", "outputs": []}]},
+            "not a worksheet",
+        ],
+    }
     sub = read_submission(write(tmp_path / "old.ipynb", v3))
     assert sub.cells == GOOD_CELLS
     assert len(sub.notes) == 1 and "worksheet 3" in sub.notes[0]
 
 
-@pytest.mark.parametrize("stem", [
-    "Anna Lee", "Lee, Anna", "O'Brien \"Jo\"", "Zoë Ñúñez", "李小龍", "محمد", "a;b&c$(x)`y`",
-    "é" * 110,  # 220 bytes + suffix: near the 255-byte limit of file names
-])
+@pytest.mark.parametrize(
+    "stem",
+    [
+        "Anna Lee",
+        "Lee, Anna",
+        'O\'Brien "Jo"',
+        "Zoë Ñúñez",
+        "李小龍",
+        "محمد",
+        "a;b&c$(x)`y`",
+        "é" * 110,  # 220 bytes + suffix: near the 255-byte limit of file names
+    ],
+)
 def test_names_are_kept_exactly(tmp_path, stem):
     path = write(tmp_path / f"{stem}.ipynb", good_nb())
     assert find_submissions(tmp_path) == [path]
@@ -297,11 +359,21 @@ def test_undecodable_file_name_is_readable(tmp_path):
 
 # -- zips ---------------------------------------------------------------------------------------
 
+
 def test_otter_export_zip(tmp_path):
-    path = write(tmp_path / "alice.zip", zip_bytes({
-        "hw02.ipynb": good_nb(), "hw02.pdf": b"%PDF-1.4 ...", ".OTTER_LOG": b"\x80\x04binary",
-        "__MACOSX/._hw02.ipynb": b"\x00\x05\x16\x07", ".ipynb_checkpoints/hw02-checkpoint.ipynb": good_nb(),
-        "data/": b""}))
+    path = write(
+        tmp_path / "alice.zip",
+        zip_bytes(
+            {
+                "hw02.ipynb": good_nb(),
+                "hw02.pdf": b"%PDF-1.4 ...",
+                ".OTTER_LOG": b"\x80\x04binary",
+                "__MACOSX/._hw02.ipynb": b"\x00\x05\x16\x07",
+                ".ipynb_checkpoints/hw02-checkpoint.ipynb": good_nb(),
+                "data/": b"",
+            }
+        ),
+    )
     sub = read_submission(path)
     assert (sub.name, sub.path, sub.cells) == ("alice", path, GOOD_CELLS)
 
@@ -321,15 +393,21 @@ def test_zip_named_ipynb_is_read_as_zip(tmp_path):
     assert read_cells(write(tmp_path / "d.ipynb", zip_bytes({"hw02.ipynb": good_nb()}))) == GOOD_CELLS
 
 
-@pytest.mark.parametrize("data, words", [
-    (b"this is not a zip", ["not a valid zip"]),
-    (zip_bytes({"hw02.ipynb": good_nb()})[:-30], ["not a valid zip"]),  # cut: no end record
-    (zip_bytes({}), ["exactly one notebook", "holds 0"]),
-    (zip_bytes({"hw02.pdf": b"%PDF", ".hidden.ipynb": good_nb(), "__MACOSX/hw02.ipynb": good_nb()}), ["holds 0"]),
-    (zip_bytes({"a/hw02.ipynb": good_nb(), "b/hw02.ipynb": good_nb()}), ["holds 2", "a/hw02.ipynb", "b/hw02.ipynb"]),
-    (zip_bytes({"hw02.ipynb": b"[[[["}), ["'hw02.ipynb' in 'e.zip'", "not valid JSON"]),
-    (zip_bytes({"hw02.ipynb": b""}), ["'hw02.ipynb' in 'e.zip' is empty"]),
-])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        (b"this is not a zip", ["not a valid zip"]),
+        (zip_bytes({"hw02.ipynb": good_nb()})[:-30], ["not a valid zip"]),  # cut: no end record
+        (zip_bytes({}), ["exactly one notebook", "holds 0"]),
+        (zip_bytes({"hw02.pdf": b"%PDF", ".hidden.ipynb": good_nb(), "__MACOSX/hw02.ipynb": good_nb()}), ["holds 0"]),
+        (
+            zip_bytes({"a/hw02.ipynb": good_nb(), "b/hw02.ipynb": good_nb()}),
+            ["holds 2", "a/hw02.ipynb", "b/hw02.ipynb"],
+        ),
+        (zip_bytes({"hw02.ipynb": b"[[[["}), ["'hw02.ipynb' in 'e.zip'", "not valid JSON"]),
+        (zip_bytes({"hw02.ipynb": b""}), ["'hw02.ipynb' in 'e.zip' is empty"]),
+    ],
+)
 def test_bad_zips(tmp_path, data, words):
     refused(write(tmp_path / "e.zip", data), "e.zip", *words)
 
@@ -339,8 +417,9 @@ def test_encrypted_entry(tmp_path):
     refused(write(tmp_path / "f.zip", data), "encrypted", "hw02.ipynb")
 
 
-@pytest.mark.parametrize("method, name", [(99, "number 99"), (zipfile.ZIP_LZMA, "LZMA"),
-                                          (zipfile.ZIP_BZIP2, "bzip2"), (9, "deflate64")])
+@pytest.mark.parametrize(
+    "method, name", [(99, "number 99"), (zipfile.ZIP_LZMA, "LZMA"), (zipfile.ZIP_BZIP2, "bzip2"), (9, "deflate64")]
+)
 def test_unknown_compression_method(tmp_path, method, name):
     data = patch_headers(zip_bytes({"hw02.ipynb": good_nb()}), method=method)
     refused(write(tmp_path / "g.zip", data), "compressed with method", name)
@@ -363,7 +442,7 @@ def test_cut_deflate_data(tmp_path):
     with zipfile.ZipFile(io.BytesIO(data)) as z:
         (info,) = z.infolist()
         start_dir = z.start_dir
-    cut = data[:30 + len("hw02.ipynb") + info.compress_size // 2]
+    cut = data[: 30 + len("hw02.ipynb") + info.compress_size // 2]
     damaged = cut + b"\x00" * (start_dir - len(cut)) + data[start_dir:]
     refused(write(tmp_path / "h2.zip", damaged), "corrupt")
 
@@ -465,6 +544,7 @@ def test_bad_utf8_entry_name(tmp_path):
 
 # -- finding submissions ---------------------------------------------------------------------------
 
+
 def test_find_submissions(tmp_path):
     for name in ["alice.ipynb", "bob.ZIP", "Carol.IpYnB", ".hidden.ipynb", "notes.txt", "data.csv"]:
         write(tmp_path / name, good_nb())
@@ -521,16 +601,37 @@ def test_not_a_folder(tmp_path):
 
 # -- feedback file names ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["alice", "Anna Lee", "Lee, Anna", "Zoë", "李小龍", "x-1_2.3"])
 def test_safe_names_are_kept(name):
     assert safe_filename(name) == name
 
 
-@pytest.mark.parametrize("name", [
-    "../../etc/passwd", "a/b", "a\\b", "O'Brien \"Jo\"", "tab\there", "new\nline", "nul\x00", "<>:|?*",
-    "rtl\u202egpj.exe", ".hidden", "..", ".", "", "CON", "con.txt", "trailing. ", "é" * 300, "e\u0301" * 100,
-    "bad\udcffbytes", "  ",
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "../../etc/passwd",
+        "a/b",
+        "a\\b",
+        'O\'Brien "Jo"',
+        "tab\there",
+        "new\nline",
+        "nul\x00",
+        "<>:|?*",
+        "rtl\u202egpj.exe",
+        ".hidden",
+        "..",
+        ".",
+        "",
+        "CON",
+        "con.txt",
+        "trailing. ",
+        "é" * 300,
+        "e\u0301" * 100,
+        "bad\udcffbytes",
+        "  ",
+    ],
+)
 def test_unsafe_names_are_made_safe(name):
     out = safe_filename(name)
     assert out and len(out.encode("utf-8")) <= notebook.MAX_FILENAME_BYTES

@@ -34,8 +34,13 @@ def scores_with_masks(shape, seed, masked_fraction, *, dtype, device):
 
 
 @PROPERTY
-@given(rows=st.integers(1, 4), m=st.integers(1, 20), block_size=st.integers(1, 25), seed=st.integers(0, 10**6),
-       masked_fraction=st.sampled_from([0.0, 0.3, 0.8, 1.0]))
+@given(
+    rows=st.integers(1, 4),
+    m=st.integers(1, 20),
+    block_size=st.integers(1, 25),
+    seed=st.integers(0, 10**6),
+    masked_fraction=st.sampled_from([0.0, 0.3, 0.8, 1.0]),
+)
 def test_online_softmax_equals_softmax(device, dtype, rows, m, block_size, seed, masked_fraction):
     scores = scores_with_masks((rows, m), seed, masked_fraction, dtype=dtype, device=device)
     assert_close(online_softmax(scores, block_size=block_size), softmax(scores), **tolerances(dtype))
@@ -98,7 +103,7 @@ def test_a_wrong_rescaling_is_caught(device):
     m_t = torch.full((1,), -math.inf, dtype=torch.float64, device=device)
     l_t = torch.zeros(1, dtype=torch.float64, device=device)
     for start in (0, 2):
-        block = scores[:, start:start + 2]
+        block = scores[:, start : start + 2]
         new = running_max(m_t, block)
         l_t = l_t + block_exponentials(block, new).sum(-1)  # no alpha
         m_t = new

@@ -115,8 +115,14 @@ def test_permutation_matrix_rejects_bad_types():
 
 
 @PROPERTY
-@given(data=st.data(), n=st.integers(1, 7), m=st.integers(1, 7), seed=st.integers(0, 10**6),
-       beta=st.floats(0.0, 20.0), masked=st.booleans())
+@given(
+    data=st.data(),
+    n=st.integers(1, 7),
+    m=st.integers(1, 7),
+    seed=st.integers(0, 10**6),
+    beta=st.floats(0.0, 20.0),
+    masked=st.booleans(),
+)
 def test_softmax_commutes_with_permutations(device, data, n, m, seed, beta, masked):
     A, B = P(data.draw(permutations(n)), device), P(data.draw(permutations(m)), device)
     D = 3 * randn(seed, n, m, device=device)
@@ -133,11 +139,21 @@ def test_softmax_commutes_with_permutations(device, data, n, m, seed, beta, mask
 
 
 @PROPERTY
-@given(data=st.data(), n=st.integers(1, 6), m=st.integers(1, 6), d_k=st.integers(1, 4), d_v=st.integers(1, 4),
-       seed=st.integers(0, 10**6))
+@given(
+    data=st.data(),
+    n=st.integers(1, 6),
+    m=st.integers(1, 6),
+    d_k=st.integers(1, 4),
+    d_v=st.integers(1, 4),
+    seed=st.integers(0, 10**6),
+)
 def test_query_equivariance_and_key_value_invariance(device, data, n, m, d_k, d_v, seed):
     A, B = P(data.draw(permutations(n)), device), P(data.draw(permutations(m)), device)
-    Q, K, V = randn(seed, n, d_k, device=device), randn(seed + 1, m, d_k, device=device), randn(seed + 2, m, d_v, device=device)
+    Q, K, V = (
+        randn(seed, n, d_k, device=device),
+        randn(seed + 1, m, d_k, device=device),
+        randn(seed + 2, m, d_v, device=device),
+    )
     out, w = attention(Q, K, V)
     out_AB, w_AB = attention(A @ Q, B @ K, B @ V)
     assert_close(out_AB, A @ out)  # Attention(AQ, BK, BV) = A Attention(Q, K, V)
@@ -157,8 +173,16 @@ def test_self_attention_is_equivariant(device, data, n, d_model, d, seed):
 
 
 @PROPERTY
-@given(data=st.data(), batch=st.integers(1, 2), n=st.integers(1, 6), m=st.integers(1, 6),
-       heads=st.sampled_from([1, 2, 4]), head_dim=st.integers(1, 3), seed=st.integers(0, 10**6), bias=st.booleans())
+@given(
+    data=st.data(),
+    batch=st.integers(1, 2),
+    n=st.integers(1, 6),
+    m=st.integers(1, 6),
+    heads=st.sampled_from([1, 2, 4]),
+    head_dim=st.integers(1, 3),
+    seed=st.integers(0, 10**6),
+    bias=st.booleans(),
+)
 def test_multi_head_attention_is_equivariant(device, data, batch, n, m, heads, head_dim, seed, bias):
     torch.manual_seed(seed)
     d_model = heads * head_dim
@@ -190,7 +214,11 @@ def permute_mask(keep: torch.Tensor, A: torch.Tensor, B: torch.Tensor) -> torch.
 @given(data=st.data(), n=st.integers(1, 6), m=st.integers(1, 6), d=st.integers(1, 4), seed=st.integers(0, 10**6))
 def test_a_mask_moves_with_the_permutation(device, data, n, m, d, seed):
     A, B = P(data.draw(permutations(n)), device), P(data.draw(permutations(m)), device)
-    Q, K, V = randn(seed, n, d, device=device), randn(seed + 1, m, d, device=device), randn(seed + 2, m, 2, device=device)
+    Q, K, V = (
+        randn(seed, n, d, device=device),
+        randn(seed + 1, m, d, device=device),
+        randn(seed + 2, m, 2, device=device),
+    )
     g = torch.Generator().manual_seed(seed + 3)
     keep = (torch.rand(n, m, generator=g) < 0.6).to(device)
     # Attention_M(AQ, BK, BV) = A Attention_{A^T M B}(Q, K, V)
@@ -203,7 +231,9 @@ def test_no_reordering_preserves_the_causal_mask(device, data, n):
     A = P(data.draw(nontrivial_permutations(n)), device)
     C = causal_mask(n, device=device)
     assert not torch.equal(permute_mask(C, A, A), C)
-    assert torch.equal(permute_mask(C, torch.eye(n, dtype=F64, device=device), torch.eye(n, dtype=F64, device=device)), C)
+    assert torch.equal(
+        permute_mask(C, torch.eye(n, dtype=F64, device=device), torch.eye(n, dtype=F64, device=device)), C
+    )
 
 
 @PROPERTY

@@ -142,8 +142,9 @@ def test_no_master_mutants_grading_settings_or_autograder(released):
         assert "autograder" not in base, name
         if base.endswith(".ipynb"):
             nb = json.loads(data)
-            sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-                       for c in nb.get("cells", [])]
+            sources = [
+                "".join(c["source"]) if isinstance(c["source"], list) else c["source"] for c in nb.get("cells", [])
+            ]
             for marker in ("# BEGIN SOLUTION", "# ASSIGNMENT CONFIG", "# BEGIN TESTS", "BEGIN TEST CONFIG"):
                 assert not any(marker in s for s in sources), f"{name} is a master ({marker!r} in it)"
 
@@ -231,15 +232,23 @@ def test_scan_catches_planted_leaks(homeworks, tmp_path):
     plants = {
         "master notebook": ("homework/hw.ipynb", hw.master.read_bytes()),
         "solution line in a text file": ("source/book/notes.md", f"text\n    {solution}\n".encode()),
-        "solution line in html": ("site/page.html",
-                                  f"<pre><span>{solution.replace('<', '&lt;')}</span></pre>".encode()),
-        "solution line in a wheel": ("packages/x-1-py3-none-any.whl",
-                                     _zip_bytes({"x/a.py": f"def f():\n    {solution}\n".encode()})),
-        "solution line in a zip in a zip": ("homework/outer.zip",
-                                            _zip_bytes({"inner.zip": _zip_bytes({"a.py": solution.encode()})})),
+        "solution line in html": (
+            "site/page.html",
+            f"<pre><span>{solution.replace('<', '&lt;')}</span></pre>".encode(),
+        ),
+        "solution line in a wheel": (
+            "packages/x-1-py3-none-any.whl",
+            _zip_bytes({"x/a.py": f"def f():\n    {solution}\n".encode()}),
+        ),
+        "solution line in a zip in a zip": (
+            "homework/outer.zip",
+            _zip_bytes({"inner.zip": _zip_bytes({"a.py": solution.encode()})}),
+        ),
         "hidden test name": ("source/README.md", f"see {hidden_name} for details".encode()),
-        "hidden test line in a notebook": ("homework/other.ipynb", json.dumps(
-            {"cells": [{"cell_type": "code", "source": [f"    {hidden_line}\n"]}]}).encode()),
+        "hidden test line in a notebook": (
+            "homework/other.ipynb",
+            json.dumps({"cells": [{"cell_type": "code", "source": [f"    {hidden_line}\n"]}]}).encode(),
+        ),
         "mutant line": ("source/src/x.py", f"    {mutant_line}\n".encode()),
         "mutants.py": ("source/mutants.py", b"MUTANTS = {}\n"),
         "grading.yml": ("source/grading.yml", b"forbidden: []\n"),

@@ -114,8 +114,14 @@ def rotary_score(q, k, i, l, pairing="interleaved"):
 
 
 @PROPERTY
-@given(d=even_widths, i=st.integers(-10**4, 10**4), l=st.integers(-10**4, 10**4), shift=st.integers(-10**4, 10**4),
-       pairing=st.sampled_from(["interleaved", "half"]), seed=st.integers(0, 10**6))
+@given(
+    d=even_widths,
+    i=st.integers(-(10**4), 10**4),
+    l=st.integers(-(10**4), 10**4),
+    shift=st.integers(-(10**4), 10**4),
+    pairing=st.sampled_from(["interleaved", "half"]),
+    seed=st.integers(0, 10**6),
+)
 def test_scores_depend_on_the_offset_only(device, d, i, l, shift, pairing, seed):
     q, k = draw(2, d, seed=seed, device=device)
     score = rotary_score(q, k, i, l, pairing)
@@ -126,7 +132,7 @@ def test_scores_depend_on_the_offset_only(device, d, i, l, shift, pairing, seed)
 
 
 @PROPERTY
-@given(n=st.integers(1, 10), m=st.integers(1, 10), shift=st.integers(-10**5, 10**5), seed=st.integers(0, 10**6))
+@given(n=st.integers(1, 10), m=st.integers(1, 10), shift=st.integers(-(10**5), 10**5), seed=st.integers(0, 10**6))
 def test_score_matrix_is_unchanged_when_all_positions_shift(device, n, m, shift, seed):
     """For whole sequences at arbitrary positions: Q K^T after rotation is invariant under a common shift."""
     g = torch.Generator().manual_seed(seed)

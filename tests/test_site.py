@@ -33,14 +33,23 @@ ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("ATTNBOOK_SITE", ROOT / "_build" / "html")).resolve()
 SHOTS = SITE.parent / "screenshots"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
 def _chromium() -> str | None:
-    for candidate in (os.environ.get("CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
-                      shutil.which("chromium-browser")):
+    for candidate in (
+        os.environ.get("CHROMIUM"),
+        "/usr/bin/chromium",
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+    ):
         if candidate and Path(candidate).exists():
             return candidate
     return None
@@ -70,8 +79,12 @@ def built_site() -> Path:
         if not (SITE / "index.html").exists():
             pytest.fail(f"ATTNBOOK_SITE={SITE} holds no built site (index.html)")
         return SITE
-    build = subprocess.run([sys.executable, "-m", "jupyter_book", "build", "-W", "-n", "--keep-going", str(ROOT)],
-                           cwd=ROOT, capture_output=True, text=True)
+    build = subprocess.run(
+        [sys.executable, "-m", "jupyter_book", "build", "-W", "-n", "--keep-going", str(ROOT)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     if build.returncode != 0:
         log = build.stdout + build.stderr
         problems = [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line or "Error" in line]
@@ -143,8 +156,13 @@ class PageLog:
         page.on("console", lambda m: m.type == "error" and self.problems.append(f"console error: {m.text}"))
         page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
         # a request cut short because the test navigated away (net::ERR_ABORTED) is not a failure
-        page.on("requestfailed", lambda r: "ERR_ABORTED" not in (r.failure or "")
-                and self.problems.append(f"failed request: {r.url} ({r.failure})"))
+        page.on(
+            "requestfailed",
+            lambda r: (
+                "ERR_ABORTED" not in (r.failure or "")
+                and self.problems.append(f"failed request: {r.url} ({r.failure})")
+            ),
+        )
         page.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"))
 
 
@@ -178,8 +196,9 @@ def test_page_renders_offline(browser, site_url, index):
         assert broken == [], f"{name}: images that did not load: {broken}"
         if Path(name).name[:1].isdigit():  # a chapter: it has figures, each with alt text
             assert page.evaluate("document.querySelectorAll('main img').length") > 0, f"{name}: no figure"
-            assert page.evaluate("[...document.querySelectorAll('main img')].every(i => i.alt.length > 0)"), \
+            assert page.evaluate("[...document.querySelectorAll('main img')].every(i => i.alt.length > 0)"), (
                 f"{name}: a figure without alt text"
+            )
         # previous / next links lead to the neighbours in the table of contents
         links = page.evaluate(
             "Object.fromEntries([...document.querySelectorAll('a.left-prev, a.right-next')]"
@@ -199,25 +218,29 @@ def test_page_renders_offline(browser, site_url, index):
 
 @pytest.mark.parametrize("name", [p for p in PAGES if Path(p).name[:1].isdigit()])
 def test_phone_width_and_dark_mode(browser, site_url, name):
-    context, page, log, _ = open_page(browser, site_url, name, viewport={"width": 390, "height": 844},
-                                      color_scheme="dark", device_scale_factor=2)
+    context, page, log, _ = open_page(
+        browser, site_url, name, viewport={"width": 390, "height": 844}, color_scheme="dark", device_scale_factor=2
+    )
     try:
         # the page itself does not scroll sideways (wide tables and figures scroll inside their box)
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 1, f"{name}: page is {overflow}px wider than a phone screen"
         assert page.evaluate("document.documentElement.dataset.theme") == "dark"
         background = page.evaluate("getComputedStyle(document.body).backgroundColor")
-        channels = [int(c) for c in background[background.index("(") + 1:background.index(")")].split(",")[:3]]
+        channels = [int(c) for c in background[background.index("(") + 1 : background.index(")")].split(",")[:3]]
         assert sum(channels) < 3 * 80, f"{name}: dark mode background is {background}"
         # figures (white matplotlib PNGs) sit on white, not on the theme's grey (book/_static/attnbook.css),
         # and are no wider than the screen
-        figures = page.evaluate("[...document.querySelectorAll('main figure img, main .cell_output img')]"
-                                ".map(i => [getComputedStyle(i).backgroundColor, i.getBoundingClientRect().right])")
+        figures = page.evaluate(
+            "[...document.querySelectorAll('main figure img, main .cell_output img')]"
+            ".map(i => [getComputedStyle(i).backgroundColor, i.getBoundingClientRect().right])"
+        )
         assert all(colour == "rgb(255, 255, 255)" for colour, _ in figures), f"{name}: {figures}"
         assert all(right <= 390 + 1 for _, right in figures), f"{name}: a figure is wider than the phone: {figures}"
         # solutions of the in-book exercises start folded away
-        assert page.evaluate("[...document.querySelectorAll('main .solution')].every(s => s.classList.contains('toggle-hidden'))"), \
-            f"{name}: a solution of an exercise is shown unfolded"
+        assert page.evaluate(
+            "[...document.querySelectorAll('main .solution')].every(s => s.classList.contains('toggle-hidden'))"
+        ), f"{name}: a solution of an exercise is shown unfolded"
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"{name.replace('/', '_')}-phone-dark.png"))
         if figures:  # and one screenshot showing the first figure
@@ -233,8 +256,9 @@ def test_search_finds_a_term(browser, site_url):
     try:
         page.goto(f"{site_url}/search.html?q=softmax")
         # results are appended one by one; the summary line appears when the search has finished
-        page.wait_for_function("() => /found/.test(document.querySelector('#search-results')?.innerText || '')",
-                               timeout=30_000)
+        page.wait_for_function(
+            "() => /found/.test(document.querySelector('#search-results')?.innerText || '')", timeout=30_000
+        )
         results = page.evaluate("[...document.querySelectorAll('#search-results li a')].map(a => a.href)")
         assert any("01_single_query_attention" in r for r in results), results
         assert log.problems == [], log.problems
@@ -257,13 +281,14 @@ def test_chapters_offer_a_notebook_download(built_site):
         # the first cell installs the course package where it is missing (Colab), and nothing else
         first = cells[0]
         assert "attnbook-install" in first["metadata"].get("tags", []), f"{notebook}: no install cell first"
-        assert "%pip install" in "".join(first["source"]) and "find_spec(\"attnbook\")" in "".join(first["source"])
+        assert "%pip install" in "".join(first["source"]) and 'find_spec("attnbook")' in "".join(first["source"])
         html = (built_site / f"{name}.html").read_text()
         assert f"{Path(name).name}.ipynb" in html, f"{name}.html has no .ipynb download link"
         # Colab opens the published notebook (a .ipynb on the gh-pages branch), never the .md source
         colab = re.findall(r'href="(https://colab\.research\.google\.com/[^"]+)"', html)
-        assert colab and all(url.endswith(f"/_sources/{name}.ipynb") and "/blob/gh-pages/" in url
-                             for url in colab), f"{name}: Colab links {colab}"
+        assert colab and all(url.endswith(f"/_sources/{name}.ipynb") and "/blob/gh-pages/" in url for url in colab), (
+            f"{name}: Colab links {colab}"
+        )
 
 
 @pytest.mark.parametrize("name", CHAPTERS)
@@ -271,7 +296,7 @@ def test_chapter_links_reference_pages_and_has_exercises(built_site, name):
     """Every chapter links the notation page and the glossary, links at least one glossary term,
     and ends with exercises whose solutions are folded dropdowns."""
     html = (built_site / f"{name}.html").read_text()
-    main = html[html.index("<main"):html.index("</main>")]
+    main = html[html.index("<main") : html.index("</main>")]
     assert 'href="notation.html' in main, f"{name}: no link to the notation page"
     assert 'href="glossary.html"' in main or 'href="glossary.html#' in main, f"{name}: no link to the glossary"
     assert re.search(r'href="glossary\.html#term-[^"]+"', main), f"{name}: no glossary term is linked"

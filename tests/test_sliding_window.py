@@ -32,8 +32,9 @@ PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 
 def qkv(batch, n, d_k, d_v, *, dtype=F64, device="cpu", seed=0):
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(*batch, n, d, generator=g, dtype=F64).to(device=device, dtype=dtype)
-                 for d in (d_k, d_k, d_v))
+    return tuple(
+        torch.randn(*batch, n, d, generator=g, dtype=F64).to(device=device, dtype=dtype) for d in (d_k, d_k, d_v)
+    )
 
 
 def window_by_loops(n, m, w, causal, offset):
@@ -41,8 +42,13 @@ def window_by_loops(n, m, w, causal, offset):
 
 
 @PROPERTY
-@given(n=st.integers(0, 12), m=st.integers(0, 12), w=st.integers(1, 14), causal=st.booleans(),
-       align=st.sampled_from(["upper_left", "lower_right"]))
+@given(
+    n=st.integers(0, 12),
+    m=st.integers(0, 12),
+    w=st.integers(1, 14),
+    causal=st.booleans(),
+    align=st.sampled_from(["upper_left", "lower_right"]),
+)
 def test_matches_the_definition_written_with_loops(device, n, m, w, causal, align):
     mask = sliding_window_mask(n, w, m, causal=causal, align=align, device=device)
     offset = 0 if align == "upper_left" else m - n
@@ -72,7 +78,7 @@ def test_composes_with_the_causal_mask_and_counts(device, n, w):
 def test_lower_right_is_the_last_rows_of_the_full_mask(device):
     full = sliding_window_mask(20, 6, device=device)
     for c in (1, 4, 20):
-        assert torch.equal(sliding_window_mask(c, 6, 20, align="lower_right", device=device), full[20 - c:])
+        assert torch.equal(sliding_window_mask(c, 6, 20, align="lower_right", device=device), full[20 - c :])
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -83,8 +89,8 @@ def test_attention_sees_only_the_window(device, dtype, causal):
     out, weights = attention(q, k, v, mask=sliding_window_mask(n, w, causal=causal, device=device))
     for i in range(n):
         lo, hi = max(0, i - w + 1), (i + 1 if causal else min(n, i + w))
-        expected, _ = attention(q[:, i:i + 1], k[:, lo:hi], v[:, lo:hi])
-        assert_close(out[:, i:i + 1], expected, **tolerances(dtype))
+        expected, _ = attention(q[:, i : i + 1], k[:, lo:hi], v[:, lo:hi])
+        assert_close(out[:, i : i + 1], expected, **tolerances(dtype))
         assert (weights[:, i, :lo] == 0).all() and (weights[:, i, hi:] == 0).all()
 
 
@@ -92,7 +98,9 @@ def test_composes_with_padding(device):
     n, w = 9, 3
     q, k, v = qkv((2,), n, 4, 4, device=device, seed=2)
     lengths = [9, 5]
-    keep = sliding_window_mask(n, w, device=device) & padding_mask(lengths, n, device=device)[:, None, :]  # (batch, n, m)
+    keep = (
+        sliding_window_mask(n, w, device=device) & padding_mask(lengths, n, device=device)[:, None, :]
+    )  # (batch, n, m)
     out, _ = attention(q, k, v, mask=keep)
     short, _ = attention(q[1:, :5], k[1:, :5], v[1:, :5], mask=sliding_window_mask(5, w, device=device))
     assert_close(out[1:, :5], short)  # the real tokens of the short sequence never see the padding
@@ -100,8 +108,14 @@ def test_composes_with_padding(device):
 
 
 @PROPERTY
-@given(n_q=st.integers(1, 5), n_k=st.integers(1, 5), block=st.integers(1, 4), cut_n=st.integers(0, 3),
-       cut_m=st.integers(0, 3), seed=st.integers(0, 10**6))
+@given(
+    n_q=st.integers(1, 5),
+    n_k=st.integers(1, 5),
+    block=st.integers(1, 4),
+    cut_n=st.integers(0, 3),
+    cut_m=st.integers(0, 3),
+    seed=st.integers(0, 10**6),
+)
 def test_block_sparse_mask_and_layout(device, n_q, n_k, block, cut_n, cut_m, seed):
     g = torch.Generator().manual_seed(seed)
     layout = (torch.rand(n_q, n_k, generator=g) > 0.5).to(device)
@@ -112,8 +126,10 @@ def test_block_sparse_mask_and_layout(device, n_q, n_k, block, cut_n, cut_m, see
     assert torch.equal(block_layout(mask, block), layout)  # every block holds at least one entry
     keep = torch.rand(n, m, generator=g).to(device) > 0.7  # any mask
     blocks = block_layout(keep, block)
-    by_loops = [[bool(keep[a * block:(a + 1) * block, b * block:(b + 1) * block].any()) for b in range(n_k)]
-                for a in range(n_q)]
+    by_loops = [
+        [bool(keep[a * block : (a + 1) * block, b * block : (b + 1) * block].any()) for b in range(n_k)]
+        for a in range(n_q)
+    ]
     assert blocks.cpu().tolist() == by_loops
     assert torch.equal(block_sparse_mask(blocks, block, n, m) & keep, keep)  # the kept blocks cover the mask
 
@@ -121,20 +137,27 @@ def test_block_sparse_mask_and_layout(device, n_q, n_k, block, cut_n, cut_m, see
 def test_block_layout_of_a_window_is_a_band(device):
     n, w, block = 64, 16, 16
     blocks = block_layout(sliding_window_mask(n, w, device=device), block)
-    expected = torch.eye(4, dtype=torch.bool, device=device) | torch.eye(4, dtype=torch.bool, device=device).roll(-1, 1).tril()
+    expected = (
+        torch.eye(4, dtype=torch.bool, device=device) | torch.eye(4, dtype=torch.bool, device=device).roll(-1, 1).tril()
+    )
     assert torch.equal(blocks, expected)  # the diagonal block and the one to its left
     assert int(blocks.sum()) == 7 < 10  # against the 4 * 5 / 2 blocks of the causal mask
 
 
-@pytest.mark.parametrize("n,w,block_size", [(1, 1, None), (10, 3, None), (37, 8, None), (37, 8, 5), (16, 40, 7), (9, 1, 2)])
+@pytest.mark.parametrize(
+    "n,w,block_size", [(1, 1, None), (10, 3, None), (37, 8, None), (37, 8, 5), (16, 40, 7), (9, 1, 2)]
+)
 def test_sliding_window_attention_equals_masked_attention(device, dtype, n, w, block_size):
     q, k, v = qkv((2, 3), n, 4, 6, dtype=dtype, device=device, seed=3)
     expected, _ = attention(q, k, v, mask=sliding_window_mask(n, w, device=device))
     out = sliding_window_attention(q, k, v, w, block_size=block_size)
     assert out.shape == expected.shape and out.dtype == dtype
     assert_close(out, expected, **tolerances(dtype))
-    assert_close(sliding_window_attention(q, k, v, w, scale=0.5),
-                 attention(q, k, v, mask=sliding_window_mask(n, w, device=device), scale=0.5)[0], **tolerances(dtype))
+    assert_close(
+        sliding_window_attention(q, k, v, w, scale=0.5),
+        attention(q, k, v, mask=sliding_window_mask(n, w, device=device), scale=0.5)[0],
+        **tolerances(dtype),
+    )
 
 
 def test_sliding_window_attention_does_band_work_only():

@@ -37,22 +37,33 @@ def make_mask(kind, batch, n, m, g, dtype, device):
         additive = torch.randn(n, m, generator=g, dtype=dtype)
         additive[torch.rand(n, m, generator=g) > 0.7] = -math.inf
         return additive.to(device)
-    keep = (torch.rand(*batch, n, m, generator=g) > 0.5)
+    keep = torch.rand(*batch, n, m, generator=g) > 0.5
     keep[..., 0, :] = False  # query 0 sees nothing
     return keep.to(device)
 
 
 @PROPERTY
-@given(batch=st.lists(st.integers(1, 3), max_size=2), n=st.integers(1, 12), m=st.integers(1, 12),
-       d_k=st.integers(1, 5), d_v=st.integers(1, 4), block_size=st.integers(1, 14), causal=st.booleans(),
-       mask_kind=masks, seed=st.integers(0, 10**6))
+@given(
+    batch=st.lists(st.integers(1, 3), max_size=2),
+    n=st.integers(1, 12),
+    m=st.integers(1, 12),
+    d_k=st.integers(1, 5),
+    d_v=st.integers(1, 4),
+    block_size=st.integers(1, 14),
+    causal=st.booleans(),
+    mask_kind=masks,
+    seed=st.integers(0, 10**6),
+)
 def test_equals_attention_float64(device, batch, n, m, d_k, d_v, block_size, causal, mask_kind, seed):
     if device.type == "mps":
         pytest.skip("MPS has no float64")
     dtype = torch.float64
     g = torch.Generator().manual_seed(seed)
-    q, k, v = draw((*batch, n, d_k), g, dtype, device), draw((*batch, m, d_k), g, dtype, device), draw(
-        (*batch, m, d_v), g, dtype, device)
+    q, k, v = (
+        draw((*batch, n, d_k), g, dtype, device),
+        draw((*batch, m, d_k), g, dtype, device),
+        draw((*batch, m, d_v), g, dtype, device),
+    )
     mask = make_mask(mask_kind, batch, n, m, g, dtype, device)
     full = mask
     if causal:
@@ -96,8 +107,10 @@ def test_fully_masked_rows_give_zeros(device, dtype):
     out = tiled_attention(q, k, v, mask=keep, block_size=4)
     assert not torch.isnan(out).any() and (out[2] == 0).all()
     # with causal alignment and more queries than keys nothing is fully masked; with n > m, lower rows see all
-    assert_close(tiled_attention(q, k[:4], v[:4], causal=True, block_size=2),
-                 attention(q, k[:4], v[:4], mask=causal_mask(6, 4, device=device))[0])
+    assert_close(
+        tiled_attention(q, k[:4], v[:4], causal=True, block_size=2),
+        attention(q, k[:4], v[:4], mask=causal_mask(6, 4, device=device))[0],
+    )
 
 
 def test_half_precision_keeps_float32_statistics(device):
@@ -187,7 +200,11 @@ def test_causal_tiled_attention_computes_exactly_the_tiles_not_skipped(n, m, blo
     from torch.utils.flop_counter import FlopCounterMode
 
     g = torch.Generator().manual_seed(7)
-    q, k, v = draw((n, 4), g, torch.float64, "cpu"), draw((m, 4), g, torch.float64, "cpu"), draw((m, 3), g, torch.float64, "cpu")
+    q, k, v = (
+        draw((n, 4), g, torch.float64, "cpu"),
+        draw((m, 4), g, torch.float64, "cpu"),
+        draw((m, 3), g, torch.float64, "cpu"),
+    )
     computed = [t for t in attention_tiles(n, m, block_size, causal=True) if t.kind != "skipped"]
     expected = sum(2 * (t.queries.stop - t.queries.start) * (t.keys.stop - t.keys.start) * (4 + 3) for t in computed)
     with FlopCounterMode(display=False) as counter:
@@ -231,9 +248,13 @@ class TestErrors:
         with pytest.raises(TypeError, match=r"query: torch.float32, key: torch.float64"):
             tiled_attention(torch.zeros(2, 3), torch.zeros(4, 3, dtype=torch.float64), torch.zeros(4, 3))
         with pytest.raises(ValueError, match=r"mask of shape \(4, 5\) does not broadcast to the score shape \(5, 4\)"):
-            tiled_attention(torch.zeros(5, 3), torch.zeros(4, 3), torch.zeros(4, 3), mask=torch.ones(4, 5, dtype=torch.bool))
+            tiled_attention(
+                torch.zeros(5, 3), torch.zeros(4, 3), torch.zeros(4, 3), mask=torch.ones(4, 5, dtype=torch.bool)
+            )
         with pytest.raises(TypeError, match=r"mask must be boolean .* got torch.int64"):
-            tiled_attention(torch.zeros(5, 3), torch.zeros(4, 3), torch.zeros(4, 3), mask=torch.ones(5, 4, dtype=torch.long))
+            tiled_attention(
+                torch.zeros(5, 3), torch.zeros(4, 3), torch.zeros(4, 3), mask=torch.ones(5, 4, dtype=torch.long)
+            )
 
     def test_tile_sizes(self):
         with pytest.raises(ValueError, match=r"n must be >= 0, got -1"):

@@ -16,4 +16,3 @@ def is_chapter(source: Path) -> bool:
     with open(source, encoding="utf-8") as f:
         head = f.read(600)
     return head.startswith("---") and "kernelspec:" in head
-

@@ -64,8 +64,10 @@ def _point_colab_at_notebook(app, pagename, context):
     if not repository.startswith("https://github.com/"):
         return
     owner_repo = repository.removeprefix("https://github.com/")
-    url = (f"https://colab.research.google.com/github/{owner_repo}/blob/"
-           f"{app.config.attnbook_colab_branch}/_sources/{pagename}.ipynb")
+    url = (
+        f"https://colab.research.google.com/github/{owner_repo}/blob/"
+        f"{app.config.attnbook_colab_branch}/_sources/{pagename}.ipynb"
+    )
     for group in context.get("header_buttons", []):
         for button in group.get("buttons", []) if group.get("label") == "launch-buttons" else []:
             if button.get("text") == "Colab":

@@ -25,12 +25,18 @@ from .validators import check_divisible, check_mask, check_shapes, check_sizes, 
 
 def _check_gqa_inputs(query, key, value, mask):
     """Validate grouped-query inputs; return (batch shape, H_q, H_kv, mask checked against the scores)."""
-    check_shapes(query=(query, "(..., H_q, n, d_k)"), key=(key, "(..., H_kv, m, d_k)"),
-                 value=(value, "(..., H_kv, m, d_v)"))
+    check_shapes(
+        query=(query, "(..., H_q, n, d_k)"), key=(key, "(..., H_kv, m, d_k)"), value=(value, "(..., H_kv, m, d_v)")
+    )
     h_q, h_kv = query.shape[-3], key.shape[-3]
     check_sizes(H_q=h_q, H_kv=h_kv)
-    check_divisible("the number of query heads H_q", h_q, h_kv, "the number of key-value heads H_kv",
-                    why=f"H_q must be a multiple of H_kv; query {tuple(query.shape)}, key {tuple(key.shape)}")
+    check_divisible(
+        "the number of query heads H_q",
+        h_q,
+        h_kv,
+        "the number of key-value heads H_kv",
+        why=f"H_q must be a multiple of H_kv; query {tuple(query.shape)}, key {tuple(key.shape)}",
+    )
     batch = torch.broadcast_shapes(query.shape[:-3], key.shape[:-3], value.shape[:-3])  # checked above
     score_shape = (*batch, h_q, query.shape[-2], key.shape[-2])  # (..., H_q, n, m)
     if mask is not None:

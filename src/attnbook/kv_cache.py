@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from .validators import check_floating, check_ndim, check_same_dtype_device, check_sizes
 from .attention import attention
 from .masks import causal_mask
+from .validators import check_floating, check_ndim, check_same_dtype_device, check_sizes
 
 
 class KVCache:
@@ -49,7 +49,11 @@ class KVCache:
         return self.length
 
     def __repr__(self) -> str:
-        shape = "unallocated" if self._keys is None else f"keys {tuple(self._keys.shape)}, values {tuple(self._values.shape)}"
+        shape = (
+            "unallocated"
+            if self._keys is None
+            else f"keys {tuple(self._keys.shape)}, values {tuple(self._values.shape)}"
+        )
         return f"KVCache(length={self.length}, max_len={self.max_len}, {shape})"
 
     @property

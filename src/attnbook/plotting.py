@@ -112,8 +112,15 @@ def matrix_heatmap(
         for (r, c), value in np.ndenumerate(data):
             if np.isfinite(value):
                 dark = (value - lo) / ((hi - lo) or 1.0) < 0.5
-                ax.text(c, r, fmt.format(value), ha="center", va="center", fontsize=8,
-                        color="white" if dark and cmap == WEIGHTS_CMAP else "black")
+                ax.text(
+                    c,
+                    r,
+                    fmt.format(value),
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if dark and cmap == WEIGHTS_CMAP else "black",
+                )
     if colorbar:
         ax.figure.colorbar(image, ax=ax, shrink=0.85)
     return ax

@@ -10,7 +10,7 @@ device and do not disturb the global seed); the tensors are then moved to ``devi
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -174,9 +174,14 @@ def sliding_window_attention(
         for start in range(0, n, block_size):
             stop = min(start + block_size, n)
             first_key = max(0, start - window + 1)  # keys before it are outside every window of the block
-            local = sliding_window_mask(stop - start, window, stop - first_key, align="lower_right", device=query.device)
+            local = sliding_window_mask(
+                stop - start, window, stop - first_key, align="lower_right", device=query.device
+            )
             output[..., start:stop, :] = attention(  # (..., B, d_v) from a (..., B, B + w - 1) block of scores
-                query[..., start:stop, :], key[..., first_key:stop, :], value[..., first_key:stop, :],
-                mask=local, scale=scale,
+                query[..., start:stop, :],
+                key[..., first_key:stop, :],
+                value[..., first_key:stop, :],
+                mask=local,
+                scale=scale,
             )[0]
     return output

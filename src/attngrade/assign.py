@@ -92,7 +92,10 @@ def run_otter_assign(hw: Homework, run_tests: bool = True) -> tuple[bool, str]:
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "otter", "assign", *flags, hw.master.name, "dist"],
-            cwd=hw.folder, capture_output=True, text=True, timeout=900,
+            cwd=hw.folder,
+            capture_output=True,
+            text=True,
+            timeout=900,
         )
     finally:
         shutil.rmtree(pkg, ignore_errors=True)
@@ -162,12 +165,15 @@ def solutions_full_marks(hw: Homework) -> list[str]:
         return []
     from .report import failure_summary
 
-    return [f"{hw.name}: the solutions get {res.total:g} / {res.possible:g} from the class grader",
-            *failure_summary(res)]
+    return [
+        f"{hw.name}: the solutions get {res.total:g} / {res.possible:g} from the class grader",
+        *failure_summary(res),
+    ]
 
 
-def build(homeworks: list[Homework], jobs: int | None = None, *, verify: bool = True,
-          otter_tests: bool = True) -> list[str]:
+def build(
+    homeworks: list[Homework], jobs: int | None = None, *, verify: bool = True, otter_tests: bool = True
+) -> list[str]:
     """Build ``homeworks`` (otter assign in parallel), then verify; return the problems found."""
     import os
 
@@ -187,8 +193,9 @@ def build(homeworks: list[Homework], jobs: int | None = None, *, verify: bool = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m attngrade.assign",
-                                description="Build student versions and autograders for the homework.")
+    p = argparse.ArgumentParser(
+        prog="python -m attngrade.assign", description="Build student versions and autograders for the homework."
+    )
     p.add_argument("homework", nargs="*", help="homework names (default: all under exercises/)")
     p.add_argument("-j", "--jobs", type=int, default=None, help="otter assign runs in parallel")
     args = p.parse_args(argv)
@@ -205,8 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print(f"FAILED: {len(problems)} problem(s) building {names}", file=sys.stderr)
         return 1
-    print(f"built {names} in {took:.0f} s: student versions in exercises/*/dist/student, "
-          f"autograders (with Gradescope zips) in exercises/*/dist/autograder")
+    print(
+        f"built {names} in {took:.0f} s: student versions in exercises/*/dist/student, "
+        f"autograders (with Gradescope zips) in exercises/*/dist/autograder"
+    )
     return 0
 
 

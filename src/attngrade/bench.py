@@ -73,12 +73,16 @@ def main(argv: list[str] | None = None) -> int:
             path.write_bytes(solutions)
         jobs = args.jobs or os.cpu_count() or 1
         ours, fr = bench_ours(hw, paths[: args.n], args.jobs)
-        print(f"{hw.name}: class grader, {args.n} submissions on {jobs} cores: {ours:.1f} s in all, "
-              f"{ours / args.n:.3f} s per submission (full marks: {sum(f == 1 for f in fr)}/{len(fr)})")
+        print(
+            f"{hw.name}: class grader, {args.n} submissions on {jobs} cores: {ours:.1f} s in all, "
+            f"{ours / args.n:.3f} s per submission (full marks: {sum(f == 1 for f in fr)}/{len(fr)})"
+        )
         if args.otter_n > 0:
             theirs, fo = bench_otter(hw, paths[: args.otter_n])
-            print(f"{hw.name}: otter grade_submission, {args.otter_n} submissions one by one: {theirs:.1f} s in all, "
-                  f"{theirs / args.otter_n:.3f} s per submission (full marks: {sum(f == 1 for f in fo)}/{len(fo)})")
+            print(
+                f"{hw.name}: otter grade_submission, {args.otter_n} submissions one by one: {theirs:.1f} s in all, "
+                f"{theirs / args.otter_n:.3f} s per submission (full marks: {sum(f == 1 for f in fo)}/{len(fo)})"
+            )
             print(f"speed-up per submission: {theirs / args.otter_n / (ours / args.n):.0f}x")
         ok = all(f == 1 for f in fr)
     return 0 if ok else 1

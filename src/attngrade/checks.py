@@ -155,14 +155,22 @@ def _layout(shape: tuple[int, ...], focus: tuple[int, ...] | None) -> list[tuple
                 blocks.append((label, index, range(n_rows), range(n_cols)))
             return blocks
         index = focus[:-2]
-        return [(f"the matrix [{', '.join(map(str, index))}, :, :] (of {n_slices} in the batch)", index,
-                 range(n_rows), range(n_cols))]
+        return [
+            (
+                f"the matrix [{', '.join(map(str, index))}, :, :] (of {n_slices} in the batch)",
+                index,
+                range(n_rows),
+                range(n_cols),
+            )
+        ]
     # a large matrix: the row of the focus (a window of its columns)
     index, row = focus[:-2], focus[-2]
     cols = _window(n_cols, focus[-1], MAX_ENTRIES)
     where = ", ".join(map(str, (*index, row)))
     part = ":" if len(cols) == n_cols else f"{cols.start}:{cols.stop}"
-    return [(f"row [{where}, {part}] (of {n_rows} rows{' per matrix' if lead else ''})", index, range(row, row + 1), cols)]
+    return [
+        (f"row [{where}, {part}] (of {n_rows} rows{' per matrix' if lead else ''})", index, range(row, row + 1), cols)
+    ]
 
 
 def _cells(t: torch.Tensor, block: tuple[str, tuple[int, ...], range, range]) -> list[list[str]]:
@@ -174,8 +182,14 @@ def _cells(t: torch.Tensor, block: tuple[str, tuple[int, ...], range, range]) ->
     return [[_fmt(m[r, c].item(), kind) for c in cols] for r in rows]
 
 
-def format_tensor(t: torch.Tensor, *, focus: tuple[int, ...] | None = None, marks: torch.Tensor | None = None,
-                  width: int | None = None, indent: str = "    ") -> str:
+def format_tensor(
+    t: torch.Tensor,
+    *,
+    focus: tuple[int, ...] | None = None,
+    marks: torch.Tensor | None = None,
+    width: int | None = None,
+    indent: str = "    ",
+) -> str:
     """``t`` as aligned rows: masks as 1/0, floats with 4 significant digits.
 
     A tensor up to :data:`MAX_ROWS` x :data:`MAX_COLS` (and a batch of up to :data:`MAX_SLICES`
@@ -198,30 +212,36 @@ def format_tensor(t: torch.Tensor, *, focus: tuple[int, ...] | None = None, mark
         if block[0]:
             lines.append(f"{indent}{block[0]}:")
         for r, row in enumerate(rows):
-            parts = [c.rjust(width) + ("*" if marked is not None and marked[r][i] == "1" else " ")
-                     for i, c in enumerate(row)]
+            parts = [
+                c.rjust(width) + ("*" if marked is not None and marked[r][i] == "1" else " ") for i, c in enumerate(row)
+            ]
             lines.append(f"{indent}[{' '.join(parts).rstrip()}]")
     return "\n".join(lines)
 
 
-def _show_pair(expected: torch.Tensor, got: torch.Tensor, focus: tuple[int, ...] | None,
-               wrong: torch.Tensor | None = None) -> str:
+def _show_pair(
+    expected: torch.Tensor, got: torch.Tensor, focus: tuple[int, ...] | None, wrong: torch.Tensor | None = None
+) -> str:
     """``expected`` and ``got`` printed the same way (same part, same column width)."""
     width = 0
     for t in (expected, got):
         if t.ndim and t.numel():
             blocks = _layout(tuple(t.shape), focus)
             width = max([width] + [len(c) for b in blocks for row in _cells(t.detach().cpu(), b) for c in row])
-    return (f"  expected:\n{format_tensor(expected, focus=focus, width=width or None)}\n"
-            f"  got{' (* = wrong)' if wrong is not None and bool(wrong.any()) else ''}:\n"
-            f"{format_tensor(got, focus=focus, marks=wrong, width=width or None)}")
+    return (
+        f"  expected:\n{format_tensor(expected, focus=focus, width=width or None)}\n"
+        f"  got{' (* = wrong)' if wrong is not None and bool(wrong.any()) else ''}:\n"
+        f"{format_tensor(got, focus=focus, marks=wrong, width=width or None)}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # comparing
 
 
-def _float_mismatch(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _float_mismatch(
+    got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(wrong, error): a boolean tensor of the entries out of tolerance and the error at each."""
     g = got.detach().to("cpu", torch.float64)
     e = expected.detach().to("cpu", torch.float64)
@@ -236,8 +256,11 @@ def _float_mismatch(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol
 def _matches(got: Any, value: Any, **tolerance: Any) -> bool:
     """Whether ``got`` equals ``value`` (tensors, or tuples of them) within tolerance."""
     if isinstance(value, (tuple, list)):
-        return (isinstance(got, (tuple, list)) and len(got) == len(value)
-                and all(_matches(g, v, **tolerance) for g, v in zip(got, value)))
+        return (
+            isinstance(got, (tuple, list))
+            and len(got) == len(value)
+            and all(_matches(g, v, **tolerance) for g, v in zip(got, value))
+        )
     if not isinstance(value, torch.Tensor) or not isinstance(got, torch.Tensor):
         return False
     if tuple(got.shape) != tuple(value.shape):
@@ -266,14 +289,20 @@ def _zero_row_diagnosis(got: torch.Tensor, expected: torch.Tensor) -> str | None
     index = tuple(int(i) for i in bad_rows.nonzero()[0])
     row = g[index]
     where = f"row {list(index)}" if len(index) > 1 else f"row {index[0]}"
-    shown = " ".join(_fmt(v, "float") for v in row[:MAX_ENTRIES].tolist()) + (" ..." if row.numel() > MAX_ENTRIES else "")
-    start = (f"{where} should be all zeros (in attention: a query that may see no key), "
-             f"got {'a uniform row' if bool((row == row[0]).all()) else 'a row with nan' if bool(torch.isnan(row).any()) else 'a non-zero row'} [{shown}]")
+    shown = " ".join(_fmt(v, "float") for v in row[:MAX_ENTRIES].tolist()) + (
+        " ..." if row.numel() > MAX_ENTRIES else ""
+    )
+    start = (
+        f"{where} should be all zeros (in attention: a query that may see no key), "
+        f"got {'a uniform row' if bool((row == row[0]).all()) else 'a row with nan' if bool(torch.isnan(row).any()) else 'a non-zero row'} [{shown}]"
+    )
     if bool(torch.isnan(row).any()):
         return start + ": a softmax over a row that is entirely -inf gives nan; return zeros for such a row"
     if bool((row == row[0]).all()):
-        return (start + ": masked scores filled with a large negative number (such as -1e9) instead of -inf "
-                "leave a fully masked row uniform after the softmax")
+        return (
+            start + ": masked scores filled with a large negative number (such as -1e9) instead of -inf "
+            "leave a fully masked row uniform after the softmax"
+        )
     return start + ": a query that may see no key gets weights 0, hence output 0"
 
 
@@ -325,9 +354,11 @@ def _precision_diagnosis(got: torch.Tensor, expected: torch.Tensor) -> str | Non
         return None
     if not _matches(got.to(expected.dtype), expected, **lower):
         return None
-    return (f"the values are right only to about {names} precision: is part of the computation done in "
-            f"{names} (a tensor made without dtype=, or a conversion such as .float())? Compute in the "
-            f"dtype of the inputs, {_dtype_name(expected.dtype)}")
+    return (
+        f"the values are right only to about {names} precision: is part of the computation done in "
+        f"{names} (a tensor made without dtype=, or a conversion such as .float())? Compute in the "
+        f"dtype of the inputs, {_dtype_name(expected.dtype)}"
+    )
 
 
 def _dtype_hint(expected: torch.Tensor, inputs: Sequence[Any]) -> str:
@@ -337,8 +368,9 @@ def _dtype_hint(expected: torch.Tensor, inputs: Sequence[Any]) -> str:
     return ""
 
 
-def expect_tensor_like(got: Any, expected: torch.Tensor, what: str, *, check_dtype: bool = True,
-                       inputs: Sequence[Any] = ()) -> torch.Tensor:
+def expect_tensor_like(
+    got: Any, expected: torch.Tensor, what: str, *, check_dtype: bool = True, inputs: Sequence[Any] = ()
+) -> torch.Tensor:
     """Fail unless ``got`` is a tensor with the shape (and dtype) of ``expected``.
 
     ``inputs``: the arguments of the call, to say when the expected dtype is theirs.
@@ -349,15 +381,23 @@ def expect_tensor_like(got: Any, expected: torch.Tensor, what: str, *, check_dty
         message = f"{what}: expected shape {tuple(expected.shape)}, got shape {tuple(got.shape)}"
         if expected.ndim >= 2 and tuple(got.shape) == tuple(expected.transpose(-2, -1).shape):
             hint = _transpose_diagnosis(got, expected)
-            message += f"\n  {hint}" if hint else "\n  (the shape of the expected result, transposed: rows and columns swapped?)"
+            message += (
+                f"\n  {hint}"
+                if hint
+                else "\n  (the shape of the expected result, transposed: rows and columns swapped?)"
+            )
         raise CheckFailure(message)
     if check_dtype and got.dtype != expected.dtype:
-        raise CheckFailure(f"{what}: expected dtype {_dtype_name(expected.dtype)}{_dtype_hint(expected, inputs)}, "
-                           f"got {_dtype_name(got.dtype)}")
+        raise CheckFailure(
+            f"{what}: expected dtype {_dtype_name(expected.dtype)}{_dtype_hint(expected, inputs)}, "
+            f"got {_dtype_name(got.dtype)}"
+        )
     return got
 
 
-def _mismatch_message(got: torch.Tensor, expected: torch.Tensor, what: str, atol: float | None, rtol: float | None) -> str | None:
+def _mismatch_message(
+    got: torch.Tensor, expected: torch.Tensor, what: str, atol: float | None, rtol: float | None
+) -> str | None:
     """The description of the values of ``got`` that differ from ``expected``, or None."""
     got = got.detach().to("cpu")
     expected = expected.detach().to("cpu")
@@ -368,9 +408,11 @@ def _mismatch_message(got: torch.Tensor, expected: torch.Tensor, what: str, atol
         if not bool(wrong.any()):
             return None
         index = tuple(int(i) for i in wrong.nonzero()[0])
-        return (f"{what}: {int(wrong.sum())} of {wrong.numel()} entries differ; the first at index {index}: "
-                f"expected {_fmt(expected[index].item(), _kind(expected))}, got {_fmt(got[index].item(), _kind(got))}\n"
-                f"{_show_pair(expected, got, index, wrong)}")
+        return (
+            f"{what}: {int(wrong.sum())} of {wrong.numel()} entries differ; the first at index {index}: "
+            f"expected {_fmt(expected[index].item(), _kind(expected))}, got {_fmt(got[index].item(), _kind(got))}\n"
+            f"{_show_pair(expected, got, index, wrong)}"
+        )
     if not got.is_floating_point():
         return f"{what}: expected a floating-point tensor ({_dtype_name(expected.dtype)}), got {_dtype_name(got.dtype)}"
     tol = tolerances(expected.dtype)
@@ -383,18 +425,31 @@ def _mismatch_message(got: torch.Tensor, expected: torch.Tensor, what: str, atol
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), expected.shape)) if expected.ndim else ()
     e, g = expected[index].item(), got[index].item()
     if math.isnan(g) != math.isnan(e):
-        detail = (f"nan at index {index}, where the answer is {_fmt(e, 'float')}" if math.isnan(g)
-                  else f"{_fmt(g, 'float')} at index {index}, where the answer is nan")
+        detail = (
+            f"nan at index {index}, where the answer is {_fmt(e, 'float')}"
+            if math.isnan(g)
+            else f"{_fmt(g, 'float')} at index {index}, where the answer is nan"
+        )
         head = f"{what}: {int(wrong.sum())} of {wrong.numel()} values are wrong, e.g. {detail}"
     else:
-        head = (f"{what}: {int(wrong.sum())} of {wrong.numel()} values are wrong; the largest error is "
-                f"{diff.reshape(-1)[worst].item():.3g} at index {index}: expected {e:.6g}, got {g:.6g} "
-                f"(tolerance atol={atol:g}, rtol={rtol:g})")
+        head = (
+            f"{what}: {int(wrong.sum())} of {wrong.numel()} values are wrong; the largest error is "
+            f"{diff.reshape(-1)[worst].item():.3g} at index {index}: expected {e:.6g}, got {g:.6g} "
+            f"(tolerance atol={atol:g}, rtol={rtol:g})"
+        )
     return f"{head}\n{_show_pair(expected, got, index, wrong)}"
 
 
-def expect_close(got: Any, expected: torch.Tensor, what: str, *, atol: float | None = None,
-                 rtol: float | None = None, check_dtype: bool = True, inputs: Sequence[Any] = ()) -> None:
+def expect_close(
+    got: Any,
+    expected: torch.Tensor,
+    what: str,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    check_dtype: bool = True,
+    inputs: Sequence[Any] = (),
+) -> None:
     """Fail unless ``got`` matches ``expected`` in type, shape, dtype and values (within tolerance).
 
     Boolean and integer tensors must be equal; floating ones close (default tolerances:
@@ -408,10 +463,16 @@ def expect_close(got: Any, expected: torch.Tensor, what: str, *, atol: float | N
     if message is None:
         return
     tolerance = {"atol": atol, "rtol": rtol}
-    hints = [h for h in (_zero_row_diagnosis(got, expected) if got.is_floating_point() else None,
-                         _transpose_diagnosis(got, expected, **tolerance),
-                         _scale_diagnosis(got, expected, **tolerance),
-                         _precision_diagnosis(got, expected)) if h]
+    hints = [
+        h
+        for h in (
+            _zero_row_diagnosis(got, expected) if got.is_floating_point() else None,
+            _transpose_diagnosis(got, expected, **tolerance),
+            _scale_diagnosis(got, expected, **tolerance),
+            _precision_diagnosis(got, expected),
+        )
+        if h
+    ]
     if hints:
         message += "\n" + "\n".join(f"  Hint: {h}" for h in hints)
     raise CheckFailure(message)
@@ -465,8 +526,9 @@ def _invoke(func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -
     return func(*args, **kwargs), args, kwargs
 
 
-def _modified_inputs(before: Sequence[Any], after: Sequence[Any], before_kw: dict[str, Any],
-                     after_kw: dict[str, Any], func: Any) -> list[str]:
+def _modified_inputs(
+    before: Sequence[Any], after: Sequence[Any], before_kw: dict[str, Any], after_kw: dict[str, Any], func: Any
+) -> list[str]:
     """The names of the arguments that differ after the call from copies taken before it."""
     try:
         import inspect
@@ -485,11 +547,15 @@ def _modified_inputs(before: Sequence[Any], after: Sequence[Any], before_kw: dic
 
 
 def _in_place_message(what: str, changed: list[str]) -> str:
-    return (f"{what} modified its input {', '.join(changed)} in place; leave the inputs unchanged "
-            "(e.g. `S = S - m` or `S.masked_fill(...)`, not `S -= m`, `S.masked_fill_(...)` or `S[...] = ...`)")
+    return (
+        f"{what} modified its input {', '.join(changed)} in place; leave the inputs unchanged "
+        "(e.g. `S = S - m` or `S.masked_fill(...)`, not `S -= m`, `S.masked_fill_(...)` or `S[...] = ...`)"
+    )
 
 
-def _call(func: Callable[..., Any] | None, name: str, args: Sequence[Any], kwargs: dict[str, Any] | None) -> tuple[Any, list[str]]:
+def _call(
+    func: Callable[..., Any] | None, name: str, args: Sequence[Any], kwargs: dict[str, Any] | None
+) -> tuple[Any, list[str]]:
     """The student's result, and the names of the inputs it modified in place."""
     kwargs = dict(kwargs or {})
     what = describe_call(name, args, kwargs)
@@ -515,8 +581,14 @@ def _call(func: Callable[..., Any] | None, name: str, args: Sequence[Any], kwarg
     return value, _modified_inputs(before, args_after, before_kw, kwargs_after, func)
 
 
-def call(func: Callable[..., Any] | None, name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
-         *, check_inputs: bool = True) -> Any:
+def call(
+    func: Callable[..., Any] | None,
+    name: str,
+    args: Sequence[Any] = (),
+    kwargs: dict[str, Any] | None = None,
+    *,
+    check_inputs: bool = True,
+) -> Any:
     """Call the student's ``func`` on copies of the arguments and return its result.
 
     A missing definition or an exception becomes a clear failure. ``check_inputs`` (default
@@ -532,8 +604,14 @@ def call(func: Callable[..., Any] | None, name: str, args: Sequence[Any] = (), k
 Mistakes = Mapping[str, Any]
 
 
-def _likely_mistake(got: Any, expected: Any, mistakes: Mistakes | None, args: Sequence[Any],
-                    kwargs: dict[str, Any], tolerance: dict[str, Any]) -> str | None:
+def _likely_mistake(
+    got: Any,
+    expected: Any,
+    mistakes: Mistakes | None,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    tolerance: dict[str, Any],
+) -> str | None:
     """The first known mistake whose result ``got`` matches (and the reference does not)."""
     for hint, wrong in (mistakes or {}).items():
         try:
@@ -548,9 +626,17 @@ def _likely_mistake(got: Any, expected: Any, mistakes: Mistakes | None, args: Se
     return None
 
 
-def check_call(func: Callable[..., Any] | None, name: str, args: Sequence[Any], expected: Any,
-               kwargs: dict[str, Any] | None = None, *, mistakes: Mistakes | None = None,
-               check_inputs: bool = True, **tolerance: Any) -> Any:
+def check_call(
+    func: Callable[..., Any] | None,
+    name: str,
+    args: Sequence[Any],
+    expected: Any,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    mistakes: Mistakes | None = None,
+    check_inputs: bool = True,
+    **tolerance: Any,
+) -> Any:
     """Call ``func(*args, **kwargs)`` and compare the result with ``expected``; return the result.
 
     ``expected`` is a tensor, or a tuple of tensors (then the result must be a tuple or list of the
@@ -594,8 +680,14 @@ def check_call(func: Callable[..., Any] | None, name: str, args: Sequence[Any], 
     return got
 
 
-def random_mask(shape: Sequence[int], generator: torch.Generator, *, p_keep: float = 0.6,
-                keep_one: bool = True, device: str | torch.device = "cpu") -> torch.Tensor:
+def random_mask(
+    shape: Sequence[int],
+    generator: torch.Generator,
+    *,
+    p_keep: float = 0.6,
+    keep_one: bool = True,
+    device: str | torch.device = "cpu",
+) -> torch.Tensor:
     """A random boolean keep-mask; with ``keep_one`` every row (last axis) keeps at least one key."""
     mask = torch.rand(*shape, generator=generator) < p_keep
     if keep_one and mask.shape[-1] > 0:
@@ -617,6 +709,7 @@ def softmax_mistakes(dim: int = -1) -> dict[str, Callable[..., torch.Tensor]]:
     Each takes the scores as its first argument (and an optional ``beta``, the inverse
     temperature, which multiplies the entries that are not ``-inf``) and ignores the rest.
     """
+
     def scaled(S: torch.Tensor, beta: float) -> torch.Tensor:
         return S if beta == 1 else torch.where(S == -math.inf, S, S * beta)
 

@@ -28,22 +28,45 @@ def build_parser() -> argparse.ArgumentParser:
         description="Grade a folder of submitted notebooks for one homework, each in its own bubblewrap sandbox.",
     )
     p.add_argument("homework", help="homework name (hw01), its folder, or its master notebook")
-    p.add_argument("submissions", help="folder of submissions: NAME.ipynb or NAME.zip (grader.export()), "
-                                       "or one folder NAME/ per student; NAME is the student")
+    p.add_argument(
+        "submissions",
+        help="folder of submissions: NAME.ipynb or NAME.zip (grader.export()), "
+        "or one folder NAME/ per student; NAME is the student",
+    )
     p.add_argument("-o", "--out", default=None, help="output folder (default: grades/<homework>)")
     p.add_argument("-j", "--jobs", type=int, default=None, help="parallel sandboxes (default: all cores)")
-    p.add_argument("--only", nargs="+", metavar="NAME", default=None,
-                   help="re-grade only these students and merge them into the existing gradebook")
-    p.add_argument("--timeout", type=float, default=None,
-                   help=f"seconds for everything about one submission (default {DEFAULT_LIMITS['submission_timeout']:g})")
-    p.add_argument("--call-timeout", type=float, default=None,
-                   help=f"CPU seconds per call of a student's function (default {DEFAULT_LIMITS['call_timeout']:g})")
-    p.add_argument("--memory-mb", type=int, default=None,
-                   help=f"memory a submission may allocate, MiB (default {DEFAULT_LIMITS['memory_mb']})")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        default=None,
+        help="re-grade only these students and merge them into the existing gradebook",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds for everything about one submission (default {DEFAULT_LIMITS['submission_timeout']:g})",
+    )
+    p.add_argument(
+        "--call-timeout",
+        type=float,
+        default=None,
+        help=f"CPU seconds per call of a student's function (default {DEFAULT_LIMITS['call_timeout']:g})",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=int,
+        default=None,
+        help=f"memory a submission may allocate, MiB (default {DEFAULT_LIMITS['memory_mb']})",
+    )
     p.add_argument("--no-build", action="store_true", help="fail instead of building a stale homework")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--unsafe-no-sandbox", action="store_true",
-                   help="grade WITHOUT isolation (no bubblewrap): only for notebooks you trust")
+    p.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="grade WITHOUT isolation (no bubblewrap): only for notebooks you trust",
+    )
     return p
 
 
@@ -90,12 +113,16 @@ def main(argv: list[str] | None = None) -> int:
         limits["memory_mb"] = args.memory_mb
     out = Path(args.out) if args.out else Path("grades") / hw.name
     if args.unsafe_no_sandbox:
-        print("warning: grading WITHOUT a sandbox (--unsafe-no-sandbox): submissions can read, change "
-              "and delete your files", file=sys.stderr)
+        print(
+            "warning: grading WITHOUT a sandbox (--unsafe-no-sandbox): submissions can read, change "
+            "and delete your files",
+            file=sys.stderr,
+        )
     start = time.perf_counter()
     try:
-        with Grader(hw, jobs=args.jobs, limits=limits, sandbox=not args.unsafe_no_sandbox,
-                    hide=[args.submissions, str(out)]) as grader:
+        with Grader(
+            hw, jobs=args.jobs, limits=limits, sandbox=not args.unsafe_no_sandbox, hide=[args.submissions, str(out)]
+        ) as grader:
             results = grader.grade_paths(paths, progress=not args.no_progress)
             questions = [q.name for q in grader.questions]
             hidden = {q.name: [c.name for c in q.cases if c.hidden] for q in grader.questions}
@@ -105,13 +132,18 @@ def main(argv: list[str] | None = None) -> int:
     paths_written = write_reports(results, questions, out, hw.name, merge=bool(args.only), hidden=hidden)
     took = time.perf_counter() - start
     errors = [r for r in results if r.status == "error"]
-    print(f"graded {len(results)} submissions of {hw.name} in {took:.1f} s "
-          f"({took / max(len(results), 1):.2f} s each); gradebook: {paths_written.gradebook}; "
-          f"feedback: {out / 'feedback'}; summary: {paths_written.summary}")
+    print(
+        f"graded {len(results)} submissions of {hw.name} in {took:.1f} s "
+        f"({took / max(len(results), 1):.2f} s each); gradebook: {paths_written.gradebook}; "
+        f"feedback: {out / 'feedback'}; summary: {paths_written.summary}"
+    )
     print(paths_written.summary_text)
     if errors:
-        print(f"attnbook-grade: the grader failed on {len(errors)} submission(s) (status=error in the gradebook; "
-              f"not the students' fault): " + ", ".join(r.submission for r in errors[:10]), file=sys.stderr)
+        print(
+            f"attnbook-grade: the grader failed on {len(errors)} submission(s) (status=error in the gradebook; "
+            f"not the students' fault): " + ", ".join(r.submission for r in errors[:10]),
+            file=sys.stderr,
+        )
         for r in errors[:3]:
             print(f"  {r.submission}: {r.error.splitlines()[0] if r.error else ''}", file=sys.stderr)
         return 1

@@ -107,9 +107,17 @@ def run_case(case: TestCaseSpec, session: Session) -> tuple[bool, str]:
     return True, case.success_message or "passed"
 
 
-def grade_cells(cells: list[str], questions: Sequence[Question], homework: Homework, *, worker: Worker,
-                name: str, path: str = "", limits: dict[str, Any] | None = None,
-                static_checks: bool = True) -> SubmissionResult:
+def grade_cells(
+    cells: list[str],
+    questions: Sequence[Question],
+    homework: Homework,
+    *,
+    worker: Worker,
+    name: str,
+    path: str = "",
+    limits: dict[str, Any] | None = None,
+    static_checks: bool = True,
+) -> SubmissionResult:
     """Grade one submission given its code cells, in ``worker``.
 
     Raises :class:`InfrastructureError` when the sandbox fails before the student's code runs.
@@ -129,9 +137,18 @@ def grade_cells(cells: list[str], questions: Sequence[Question], homework: Homew
                     passed, message = False, "not graded: " + session.broken
                 else:
                     passed, message = run_case(case, session)
-                qr.cases.append(CaseResult(q.name, case.name, case.hidden, float(case.points or 0), passed,
-                                           message if passed else (case.failure_message + "\n" + message
-                                                                   if case.failure_message else message)))
+                qr.cases.append(
+                    CaseResult(
+                        q.name,
+                        case.name,
+                        case.hidden,
+                        float(case.points or 0),
+                        passed,
+                        message
+                        if passed
+                        else (case.failure_message + "\n" + message if case.failure_message else message),
+                    )
+                )
             passed_points = sum(c.points for c in qr.cases if c.passed)
             if q.all_or_nothing:
                 qr.score = qr.possible if all(c.passed for c in qr.cases) else 0.0
@@ -141,8 +158,7 @@ def grade_cells(cells: list[str], questions: Sequence[Question], homework: Homew
     finally:
         session.close()
     result.worker_lost = session.worker_lost
-    result.review.extend(f"the run-time integrity guard was switched off: {t}"
-                         for t in dict.fromkeys(session.tampered))
+    result.review.extend(f"the run-time integrity guard was switched off: {t}" for t in dict.fromkeys(session.tampered))
     if result.review:
         result.status = "review"
     result.notes.extend(dict.fromkeys(session.events))
@@ -167,8 +183,16 @@ class Grader:
     scored).
     """
 
-    def __init__(self, homework: Homework, *, jobs: int | None = None, limits: dict[str, Any] | None = None,
-                 sandbox: bool = True, hide: Sequence[str | os.PathLike[str]] = (), static_checks: bool = True):
+    def __init__(
+        self,
+        homework: Homework,
+        *,
+        jobs: int | None = None,
+        limits: dict[str, Any] | None = None,
+        sandbox: bool = True,
+        hide: Sequence[str | os.PathLike[str]] = (),
+        static_checks: bool = True,
+    ):
         self.homework = homework
         self.questions = homework.questions()
         self.jobs = max(1, jobs or os.cpu_count() or 1)
@@ -185,7 +209,7 @@ class Grader:
         # that started a sandbox, so a sandbox started by a thread that ends would end with it
         self._pool: ThreadPoolExecutor | None = None
 
-    def __enter__(self) -> "Grader":
+    def __enter__(self) -> Grader:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -213,8 +237,13 @@ class Grader:
         self._view = build_view(self._root / "view", self.homework.forbidden)
         hide = hidden_paths([str(self.homework.folder.parent), *self.hide])
         for _ in range(self.jobs):
-            w = Worker(self._view, hide=hide, forbidden=self.homework.forbidden, sandbox=self.sandbox,
-                       tmp_mb=int(self.limits.get("tmp_mb", 64)))
+            w = Worker(
+                self._view,
+                hide=hide,
+                forbidden=self.homework.forbidden,
+                sandbox=self.sandbox,
+                tmp_mb=int(self.limits.get("tmp_mb", 64)),
+            )
             self._all_workers.append(w)
             self._workers.put(w)
         self._pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="attngrade")
@@ -234,30 +263,43 @@ class Grader:
             first_failure = None
             for attempt in range(2):
                 try:
-                    res = grade_cells(cells, self.questions, self.homework, worker=worker, name=name, path=path,
-                                      limits=self.limits, static_checks=self.static_checks)
+                    res = grade_cells(
+                        cells,
+                        self.questions,
+                        self.homework,
+                        worker=worker,
+                        name=name,
+                        path=path,
+                        limits=self.limits,
+                        static_checks=self.static_checks,
+                    )
                 except InfrastructureError as exc:
                     worker.close()
                     first_failure = first_failure or str(exc)
                     if attempt == 0:
                         continue
-                    return _zero(name, path, self.questions,
-                                 f"grader error (not caused by this submission): the sandbox failed twice: {exc}",
-                                 status="error")
+                    return _zero(
+                        name,
+                        path,
+                        self.questions,
+                        f"grader error (not caused by this submission): the sandbox failed twice: {exc}",
+                        status="error",
+                    )
                 if res.worker_lost and attempt == 0:
                     # the sandbox died while this notebook ran: run it once more on a fresh one;
                     # a notebook that kills its sandbox again gets what it earned the second time
                     worker.close()
                     continue
                 if res.worker_lost:
-                    res.notes.append("the notebook's sandbox died while running it, twice; tests that "
-                                     "had not run fail")
+                    res.notes.append("the notebook's sandbox died while running it, twice; tests that had not run fail")
                 return res
             raise AssertionError("unreachable")
         finally:
             self._workers.put(worker)
 
-    def grade_sources(self, submissions: Iterable[tuple[str, list[str]]], *, progress: bool = False) -> list[SubmissionResult]:
+    def grade_sources(
+        self, submissions: Iterable[tuple[str, list[str]]], *, progress: bool = False
+    ) -> list[SubmissionResult]:
         """Grade (name, code cells) pairs in parallel; results in the same order."""
         items = [(name, cells, "") for name, cells in submissions]
         return self._grade_items(items, progress=progress)
@@ -272,8 +314,13 @@ class Grader:
             except SandboxUnavailable:
                 raise
             except Exception:  # a bug of the grader, not the student's: say so
-                return _zero(name, path, self.questions,
-                             "internal grader error:\n" + traceback.format_exc(limit=5), status="error")
+                return _zero(
+                    name,
+                    path,
+                    self.questions,
+                    "internal grader error:\n" + traceback.format_exc(limit=5),
+                    status="error",
+                )
 
         bar = None
         if progress:
@@ -307,10 +354,15 @@ class Grader:
                 if sub.notes:
                     reader_notes[sub.name] = list(sub.notes)
             except SubmissionError as exc:
-                unreadable.append(_zero(submission_name(p), str(p), self.questions,
-                                        f"the submission could not be read as a notebook: {exc}"))
+                unreadable.append(
+                    _zero(
+                        submission_name(p),
+                        str(p),
+                        self.questions,
+                        f"the submission could not be read as a notebook: {exc}",
+                    )
+                )
         graded = self._grade_items(items, progress=progress)
         for res in graded:
             res.notes[:0] = reader_notes.get(res.submission, [])
         return sorted(graded + unreadable, key=lambda r: r.submission)
-

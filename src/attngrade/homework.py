@@ -23,9 +23,10 @@ import inspect
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -135,8 +136,11 @@ def parse_test_file(source: str, origin: str = "<test file>") -> Question:
     for value in list(env.values()):
         if isinstance(value, _TestCaseDecorator):
             name = value.name or value.func.__name__
-            cases.append(TestCaseSpec(name, value.func, value.points, bool(value.hidden),
-                                      value.success_message, value.failure_message))
+            cases.append(
+                TestCaseSpec(
+                    name, value.func, value.points, bool(value.hidden), value.success_message, value.failure_message
+                )
+            )
     cases = resolve_points(env.get("points"), cases)
     return Question(str(env["name"]), cases, bool(env.get("all_or_nothing", False)), source)
 
@@ -202,7 +206,9 @@ class Homework:
         nb = json.loads(self.autograder_notebook.read_text(encoding="utf-8"))
         meta = nb.get("metadata", {}).get("otter", {})
         if meta.get("OK_FORMAT", True):
-            raise ValueError(f"{self.autograder_notebook}: tests must use otter's pytest-style format (ok_format: false)")
+            raise ValueError(
+                f"{self.autograder_notebook}: tests must use otter's pytest-style format (ok_format: false)"
+            )
         return [parse_test_file(src, f"{self.name}/{q}") for q, src in meta.get("tests", {}).items()]
 
 
@@ -230,4 +236,6 @@ def load_homework(spec: str | os.PathLike[str]) -> Homework:
 def all_homework() -> list[Homework]:
     """Every homework under :func:`exercises_root`, in order."""
     root = exercises_root()
-    return [load_homework(p) for p in sorted(root.glob("hw[0-9][0-9]_*")) if (p / f"{p.name.split('_')[0]}.ipynb").exists()]
+    return [
+        load_homework(p) for p in sorted(root.glob("hw[0-9][0-9]_*")) if (p / f"{p.name.split('_')[0]}.ipynb").exists()
+    ]

@@ -73,8 +73,15 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "ForbiddenReference", "Guard", "INTEGRITY_FILE", "TORCH_OPS", "configure", "current_guard",
-    "forbidden_from_environment", "watch_call", "write_integrity_file",
+    "ForbiddenReference",
+    "Guard",
+    "INTEGRITY_FILE",
+    "TORCH_OPS",
+    "configure",
+    "current_guard",
+    "forbidden_from_environment",
+    "watch_call",
+    "write_integrity_file",
 ]
 
 #: The file (JSON ``{"homework": ..., "forbidden": [...]}``) that carries a homework's forbidden
@@ -86,19 +93,21 @@ SEARCH_PATHS = (INTEGRITY_FILE, os.path.join("attnbook_pkg", INTEGRITY_FILE))
 _PACKAGE_FILE = Path(__file__).with_name("_integrity.json")
 ENV_VAR = "ATTNGRADE_FORBIDDEN"
 
-_SDPA_OPS = frozenset({
-    "scaled_dot_product_attention",
-    "_scaled_dot_product_attention_math",
-    "_scaled_dot_product_attention_math_for_mps",
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_flash_attention_for_cpu",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_cudnn_attention",
-    "_scaled_dot_product_fused_attention_overrideable",
-    "_flash_attention_forward",
-    "_flash_attention_forward_no_dropout_inplace",
-    "_efficient_attention_forward",
-})
+_SDPA_OPS = frozenset(
+    {
+        "scaled_dot_product_attention",
+        "_scaled_dot_product_attention_math",
+        "_scaled_dot_product_attention_math_for_mps",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_fused_attention_overrideable",
+        "_flash_attention_forward",
+        "_flash_attention_forward_no_dropout_inplace",
+        "_efficient_attention_forward",
+    }
+)
 _MHA_OPS = frozenset({"_native_multi_head_attention", "_transformer_encoder_layer_fwd"})
 
 #: ATen operators (``aten::NAME``, checked against the installed torch with ``dir(torch.ops.aten)``)
@@ -118,6 +127,7 @@ _TORCH_BUILTINS = {
     "torch.nn.MultiheadAttention": ("torch._native_multi_head_attention",),
     "torch.nn.TransformerEncoderLayer": ("torch._transformer_encoder_layer_fwd",),
 }
+
 
 class ForbiddenReference(Exception):
     """An answer ran a reference implementation that its homework forbids (the message says which)."""
@@ -162,7 +172,8 @@ def _functions_of(obj: Any, seen: set[int] | None = None) -> Iterator[Any]:
     elif inspect.ismodule(obj):
         for value in vars(obj).values():
             if getattr(value, "__module__", None) == obj.__name__ and (
-                    inspect.isfunction(value) or inspect.isclass(value)):
+                inspect.isfunction(value) or inspect.isclass(value)
+            ):
                 yield from _functions_of(value, seen)
     elif isinstance(obj, types.MethodType):
         yield from _functions_of(obj.__func__, seen)
@@ -197,7 +208,7 @@ def _op_name(func: Any) -> str | None:
         name = getattr(func, "_qualified_op_name", None)
     if not isinstance(name, str) or not name.startswith("aten::"):
         return None
-    return name[len("aten::"):]
+    return name[len("aten::") :]
 
 
 # --------------------------------------------------------------------------- the guard
@@ -396,8 +407,9 @@ class Guard:
             from torch.overrides import _get_current_function_mode_stack
             from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-            return (any(m is modes[0] for m in _get_current_function_mode_stack())
-                    and any(m is modes[1] for m in _get_current_dispatch_mode_stack()))
+            return any(m is modes[0] for m in _get_current_function_mode_stack()) and any(
+                m is modes[1] for m in _get_current_dispatch_mode_stack()
+            )
         except Exception:  # noqa: BLE001 - private helpers moved: do not claim tampering
             return True
 
@@ -555,8 +567,9 @@ def watch_call(name: str, guard: Guard | None = None) -> Iterator[Guard | None]:
         raise failed
 
 
-def write_integrity_file(folder: str | os.PathLike[str], homework: str, forbidden: list[str],
-                         name: str = INTEGRITY_FILE) -> Path:
+def write_integrity_file(
+    folder: str | os.PathLike[str], homework: str, forbidden: list[str], name: str = INTEGRITY_FILE
+) -> Path:
     """Write the forbidden list of ``homework`` as ``folder/name`` (see :data:`INTEGRITY_FILE`)."""
     path = Path(folder) / name
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -75,8 +75,13 @@ MAX_FILENAME_BYTES = 150
 
 SUFFIXES = (".ipynb", ".zip")
 _CHUNK = 2**20
-_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
 
 
@@ -99,11 +104,14 @@ class Submission:
 
 # -- names --------------------------------------------------------------------------------------
 
+
 def _show(name: str, limit: int = 80) -> str:
     """A file or entry name as it may be shown in feedback: quoted, control characters escaped,
     cut to ``limit`` characters."""
-    text = "".join(c if c.isprintable() and not _is_bidi(c) else f"\\x{ord(c):02x}" if ord(c) < 256
-                   else f"\\u{ord(c):04x}" for c in name[:limit])
+    text = "".join(
+        c if c.isprintable() and not _is_bidi(c) else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
+        for c in name[:limit]
+    )
     return f"'{text}{'...' if len(name) > limit else ''}'"
 
 
@@ -149,6 +157,7 @@ def submission_name(path: str | os.PathLike[str]) -> str:
 
 
 # -- finding ------------------------------------------------------------------------------------
+
 
 def _candidates(entries) -> list[os.DirEntry]:
     """The entries of a folder that may be a submission file: suffix, not hidden, not a folder
@@ -197,17 +206,21 @@ def find_submissions(folder: str | os.PathLike[str]) -> list[Path]:
     twice = {n: ps for n, ps in by_name.items() if len(ps) > 1}
     if twice:
         listing = "; ".join(" and ".join(map(_show, ps)) for ps in twice.values())
-        raise ValueError(f"{folder}: two submissions for one student: {listing}; "
-                         "keep one submission per student")
+        raise ValueError(f"{folder}: two submissions for one student: {listing}; keep one submission per student")
     return found
 
 
 # -- reading bytes ------------------------------------------------------------------------------
 
+
 def _kind(mode: int) -> str:
-    for test, what in ((stat.S_ISFIFO, "a fifo (named pipe)"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISDIR, "a folder")):
+    for test, what in (
+        (stat.S_ISFIFO, "a fifo (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a folder"),
+    ):
         if test(mode):
             return what
     return "not a regular file"
@@ -227,13 +240,16 @@ def _read_file(path: Path, shown: str, dir_fd: int | None = None) -> bytes:
     except OSError as exc:
         raise SubmissionError(f"{shown} could not be read ({exc.strerror or type(exc).__name__})") from None
     if stat.S_ISLNK(st.st_mode):
-        raise SubmissionError(f"{shown} is a symbolic link; a submission must be a regular file "
-                              "(the link was not followed)")
+        raise SubmissionError(
+            f"{shown} is a symbolic link; a submission must be a regular file (the link was not followed)"
+        )
     if not stat.S_ISREG(st.st_mode):
         raise SubmissionError(f"{shown} is {_kind(st.st_mode)}, not a regular file")
     if st.st_size > MAX_BYTES:
-        raise SubmissionError(f"{shown} is {_size(st.st_size)}, more than the {_size(MAX_BYTES)} allowed "
-                              "(clear the notebook's outputs and submit it again)")
+        raise SubmissionError(
+            f"{shown} is {_size(st.st_size)}, more than the {_size(MAX_BYTES)} allowed "
+            "(clear the notebook's outputs and submit it again)"
+        )
     try:
         fd = os.open(name, _OPEN_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
@@ -263,6 +279,7 @@ def _read_file(path: Path, shown: str, dir_fd: int | None = None) -> bytes:
 
 # -- notebooks ----------------------------------------------------------------------------------
 
+
 def _decode(data: bytes, shown: str) -> str:
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         encoding = "utf-16"
@@ -271,8 +288,9 @@ def _decode(data: bytes, shown: str) -> str:
     try:
         return data.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise SubmissionError(f"{shown} is not UTF-8 text (invalid byte at offset {exc.start}); "
-                              "a notebook saved by Jupyter is UTF-8") from None
+        raise SubmissionError(
+            f"{shown} is not UTF-8 text (invalid byte at offset {exc.start}); a notebook saved by Jupyter is UTF-8"
+        ) from None
 
 
 def _clean_text(text: str) -> str:
@@ -314,13 +332,17 @@ def _cell_source(value: object) -> str | None:
 def _parse(text: str, shown: str) -> object:
     containers = text.count("{") + text.count("[")
     if containers > MAX_JSON_CONTAINERS:
-        raise SubmissionError(f"{shown} holds {containers} JSON objects and lists, more than the "
-                              f"{MAX_JSON_CONTAINERS} allowed (clear the notebook's outputs and submit it again)")
+        raise SubmissionError(
+            f"{shown} holds {containers} JSON objects and lists, more than the "
+            f"{MAX_JSON_CONTAINERS} allowed (clear the notebook's outputs and submit it again)"
+        )
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SubmissionError(f"{shown} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
-                              f"{exc.msg}); is it a notebook saved by Jupyter?") from None
+        raise SubmissionError(
+            f"{shown} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+            f"{exc.msg}); is it a notebook saved by Jupyter?"
+        ) from None
     except RecursionError:
         raise SubmissionError(f"{shown} is JSON nested too deeply to be a notebook") from None
     except (ValueError, MemoryError) as exc:  # e.g. integers too long to convert
@@ -330,19 +352,20 @@ def _parse(text: str, shown: str) -> object:
 def notebook_cells(nb: object, shown: str) -> tuple[list[str], list[str]]:
     """(code cells, notes) of a parsed notebook (nbformat 4, or 3 with worksheets)."""
     if not isinstance(nb, dict):
-        raise SubmissionError(f"{shown} is JSON but not a Jupyter notebook: it is {_describe(nb)}, "
-                              "not an object with cells")
+        raise SubmissionError(
+            f"{shown} is JSON but not a Jupyter notebook: it is {_describe(nb)}, not an object with cells"
+        )
     notes: list[str] = []
     if "cells" in nb:
         cells = nb["cells"]
         if not isinstance(cells, list):
-            raise SubmissionError(f"{shown} is not a Jupyter notebook: its cells are {_describe(cells)}, "
-                                  "not a list")
+            raise SubmissionError(f"{shown} is not a Jupyter notebook: its cells are {_describe(cells)}, not a list")
     elif "worksheets" in nb:  # nbformat 3 (and 2)
         sheets = nb["worksheets"]
         if not isinstance(sheets, list):
-            raise SubmissionError(f"{shown} is not a Jupyter notebook: its worksheets are "
-                                  f"{_describe(sheets)}, not a list")
+            raise SubmissionError(
+                f"{shown} is not a Jupyter notebook: its worksheets are {_describe(sheets)}, not a list"
+            )
         cells = []
         for i, sheet in enumerate(sheets):
             inner = sheet.get("cells") if isinstance(sheet, dict) else None
@@ -361,8 +384,10 @@ def notebook_cells(nb: object, shown: str) -> tuple[list[str], list[str]]:
             out.append("")
             odd += 1
             if odd <= MAX_NOTES:
-                notes.append(f"cell {i + 1} of {shown} is {_describe(cell)}, not a notebook cell; "
-                             f"it was read as an empty code cell (code cell {len(out)})")
+                notes.append(
+                    f"cell {i + 1} of {shown} is {_describe(cell)}, not a notebook cell; "
+                    f"it was read as an empty code cell (code cell {len(out)})"
+                )
             continue
         if cell.get("cell_type") != "code":
             continue
@@ -371,9 +396,11 @@ def notebook_cells(nb: object, shown: str) -> tuple[list[str], list[str]]:
         if src is None:
             odd += 1
             if odd <= MAX_NOTES:
-                notes.append(f"code cell {len(out) + 1} of {shown} has a source that is {_describe(value)}"
-                             f"{' (not only strings)' if isinstance(value, list) else ''}, not text; "
-                             "it was read as an empty cell")
+                notes.append(
+                    f"code cell {len(out) + 1} of {shown} has a source that is {_describe(value)}"
+                    f"{' (not only strings)' if isinstance(value, list) else ''}, not text; "
+                    "it was read as an empty cell"
+                )
             src = ""
         out.append(_clean_text(src))
     if odd > MAX_NOTES:
@@ -389,10 +416,10 @@ def _notebook_from_bytes(data: bytes, shown: str) -> tuple[list[str], list[str]]
 
 # -- zips ---------------------------------------------------------------------------------------
 
+
 def _unsafe_entry(name: str) -> bool:
     parts = name.replace("\\", "/").split("/")
-    return (name.startswith(("/", "\\")) or ".." in parts or "\x00" in name
-            or (len(name) > 1 and name[1] == ":"))
+    return name.startswith(("/", "\\")) or ".." in parts or "\x00" in name or (len(name) > 1 and name[1] == ":")
 
 
 def _ignored_entry(name: str) -> bool:
@@ -417,8 +444,10 @@ def _check_directory(data: bytes, shown: str) -> None:
         return
     entries, size = rec[getattr(zipfile, "_ECD_ENTRIES_TOTAL", 4)], rec[getattr(zipfile, "_ECD_SIZE", 5)]
     if entries > MAX_ZIP_ENTRIES or size > MAX_ZIP_DIRECTORY_BYTES:
-        raise SubmissionError(f"{shown} lists {entries} entries ({_size(size)} of listing), more than "
-                              f"the {MAX_ZIP_ENTRIES} entries allowed")
+        raise SubmissionError(
+            f"{shown} lists {entries} entries ({_size(size)} of listing), more than "
+            f"the {MAX_ZIP_ENTRIES} entries allowed"
+        )
 
 
 def _entry_bytes(archive: zipfile.ZipFile, info: zipfile.ZipInfo, shown: str) -> bytes:
@@ -426,12 +455,14 @@ def _entry_bytes(archive: zipfile.ZipFile, info: zipfile.ZipInfo, shown: str) ->
         raise SubmissionError(f"{shown} is encrypted (password-protected); submit a zip without a password")
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
         method = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "LZMA", 9: "deflate64"}.get(
-            info.compress_type, f"number {info.compress_type}")
-        raise SubmissionError(f"{shown} is compressed with method {method}, which the grader does not "
-                              "read; zip it again with the ordinary (deflate) compression")
+            info.compress_type, f"number {info.compress_type}"
+        )
+        raise SubmissionError(
+            f"{shown} is compressed with method {method}, which the grader does not "
+            "read; zip it again with the ordinary (deflate) compression"
+        )
     if info.file_size > MAX_BYTES:
-        raise SubmissionError(f"{shown} inflates to {_size(info.file_size)}, more than the "
-                              f"{_size(MAX_BYTES)} allowed")
+        raise SubmissionError(f"{shown} inflates to {_size(info.file_size)}, more than the {_size(MAX_BYTES)} allowed")
     chunks, total = [], 0
     try:
         with archive.open(info) as f:
@@ -497,10 +528,11 @@ def _zip_cells(data: bytes, shown: str, depth: int = 0) -> tuple[list[str], list
         if len(notebooks) != 1:
             names = [i.filename for i in notebooks]
             listing = ", ".join(_show(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-            why = (f"{shown} must hold exactly one notebook (.ipynb), it holds {len(names)}"
-                   + (f": {listing}" if names else ""))
+            why = f"{shown} must hold exactly one notebook (.ipynb), it holds {len(names)}" + (
+                f": {listing}" if names else ""
+            )
             if passed_over:
-                why += (f" (ignored as links or unsafe names: {', '.join(_show(n) for n in passed_over[:5])})")
+                why += f" (ignored as links or unsafe names: {', '.join(_show(n) for n in passed_over[:5])})"
             raise SubmissionError(why)
         info = notebooks[0]
         inner_shown = f"{_show(info.filename)} in {shown}"
@@ -510,23 +542,30 @@ def _zip_cells(data: bytes, shown: str, depth: int = 0) -> tuple[list[str], list
 
 # -- submissions --------------------------------------------------------------------------------
 
+
 def _read_folder(path: Path, name: str) -> Submission:
     shown = _show(_decoded_name(path.name))
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         dfd = os.open(path, flags)
     except OSError as exc:
-        raise SubmissionError(f"the folder {shown} could not be opened ({exc.strerror or type(exc).__name__})") from None
+        raise SubmissionError(
+            f"the folder {shown} could not be opened ({exc.strerror or type(exc).__name__})"
+        ) from None
     try:
         try:
             with os.scandir(dfd) as it:
                 found = sorted(e.name for e in _candidates(it))
         except OSError as exc:
-            raise SubmissionError(f"the folder {shown} could not be listed ({exc.strerror or type(exc).__name__})") from None
+            raise SubmissionError(
+                f"the folder {shown} could not be listed ({exc.strerror or type(exc).__name__})"
+            ) from None
         if len(found) != 1:
             listing = ", ".join(_show(_decoded_name(n)) for n in found[:5])
-            raise SubmissionError(f"the folder {shown} must hold exactly one notebook (.ipynb) or zip, "
-                                  f"it holds {len(found)}" + (f": {listing}" if found else ""))
+            raise SubmissionError(
+                f"the folder {shown} must hold exactly one notebook (.ipynb) or zip, "
+                f"it holds {len(found)}" + (f": {listing}" if found else "")
+            )
         inner = path / found[0]
         inner_shown = _show(_decoded_name(f"{path.name}/{found[0]}"))
         data = _read_file(inner, inner_shown, dir_fd=dfd)

@@ -237,7 +237,7 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
             sock.settimeout(None)
         try:
             chunk = sock.recv(min(n - got, 1 << 20))
-        except socket.timeout:
+        except TimeoutError:
             raise TimeoutError("no answer in time") from None
         if not chunk:
             raise EOFError("the other side closed the connection")
@@ -259,6 +259,8 @@ def send_value(sock: socket.socket, value: Any) -> None:
     send_frame(sock, encode(value))
 
 
-def recv_value(sock: socket.socket, *, deadline: float | None = None, max_bytes: int = DEFAULT_MAX_FRAME, as_torch: bool = True) -> Any:
+def recv_value(
+    sock: socket.socket, *, deadline: float | None = None, max_bytes: int = DEFAULT_MAX_FRAME, as_torch: bool = True
+) -> Any:
     """Receive and decode one value."""
     return decode(recv_frame(sock, deadline=deadline, max_bytes=max_bytes), as_torch=as_torch)

@@ -47,17 +47,37 @@ from .homework import Homework, all_homework
 MARKER = "RELEASE.json"  # written into every release folder; an --out folder without it is not replaced
 
 #: what of the repository the public source copy holds (``exercises/`` and ``tests/`` never)
-SOURCE_ENTRIES = ["book", "src/attnbook", "src/attngrade", "binder", "_config.yml", "_toc.yml",
-                  "pyproject.toml", "README.md", "Makefile", "conftest.py", ".gitignore", "LICENSE"]
-_IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".ipynb_checkpoints",
-                                 "_build", ".jupyter_cache", ".DS_Store")
+SOURCE_ENTRIES = [
+    "book",
+    "src/attnbook",
+    "src/attngrade",
+    "binder",
+    "_config.yml",
+    "_toc.yml",
+    "pyproject.toml",
+    "README.md",
+    "Makefile",
+    "conftest.py",
+    ".gitignore",
+    "LICENSE",
+]
+_IGNORE = shutil.ignore_patterns(
+    "__pycache__", "*.pyc", "*.egg-info", ".ipynb_checkpoints", "_build", ".jupyter_cache", ".DS_Store"
+)
 
 #: files that must never be published, whatever their content
 FORBIDDEN_NAMES = {"mutants.py", "grading.yml", "otter_config.json", "run_autograder"}
 _AUTOGRADER_ZIP = re.compile(r"-autograder_.*\.zip$")
 #: a notebook holding any of these lines (stripped) is a master, not a student version
-MASTER_MARKERS = {"# ASSIGNMENT CONFIG", "# BEGIN SOLUTION", "# END SOLUTION", "# BEGIN QUESTION",
-                  "# BEGIN TESTS", "# END TESTS", '""" # BEGIN TEST CONFIG'}
+MASTER_MARKERS = {
+    "# ASSIGNMENT CONFIG",
+    "# BEGIN SOLUTION",
+    "# END SOLUTION",
+    "# BEGIN QUESTION",
+    "# BEGIN TESTS",
+    "# END TESTS",
+    '""" # BEGIN TEST CONFIG',
+}
 _MIN_LINE = 8  # shorter lines ("return x") say nothing about a solution
 _MAX_SCAN_BYTES = 64 * 2**20  # larger single files are not read (none is expected)
 
@@ -169,7 +189,7 @@ def hidden_test_parts(hw: Homework) -> tuple[set[str], set[str], set[str]]:
         if not m:
             continue
         config = yaml.safe_load(m.group(1)) or {}
-        body = _source(cell)[m.end():]
+        body = _source(cell)[m.end() :]
         if isinstance(config, dict) and config.get("hidden"):
             names.update(re.findall(r"^def\s+(\w+)", body, re.M))
             hidden_lines.update(_code_lines(body))
@@ -194,9 +214,11 @@ def public_lines(root: Path) -> set[str]:
     """Every stripped line of the sources the course publishes anyway (chapters, the package, the
     grader): a solution line that also occurs there is not a leak of the master."""
     lines: set[str] = set()
-    for folder, patterns in ((root / "book", ("*.md", "*.py", "*.yml", "*.bib", "*.css", "*.json")),
-                             (root / "src" / "attnbook", ("*.py",)),
-                             (root / "src" / "attngrade", ("*.py",))):
+    for folder, patterns in (
+        (root / "book", ("*.md", "*.py", "*.yml", "*.bib", "*.css", "*.json")),
+        (root / "src" / "attnbook", ("*.py",)),
+        (root / "src" / "attngrade", ("*.py",)),
+    ):
         for pattern in patterns:
             for path in folder.rglob(pattern):
                 if "_build" in path.parts or ".ipynb_checkpoints" in path.parts:
@@ -333,8 +355,11 @@ def find_leaks(root: Path, secrets: Secrets) -> list[str]:
     """Everything in the tree ``root`` (archives opened, recursively) that must not be there."""
     problems: list[str] = []
     lines = secrets.lines()
-    names = re.compile(r"\b(" + "|".join(sorted(map(re.escape, secrets.hidden_names))) + r")\b") \
-        if secrets.hidden_names else None
+    names = (
+        re.compile(r"\b(" + "|".join(sorted(map(re.escape, secrets.hidden_names))) + r")\b")
+        if secrets.hidden_names
+        else None
+    )
 
     def scan(name: str, data: bytes, depth: int = 0) -> None:
         base = name.replace("\\", "/").rsplit("!", 1)[-1].rsplit("/", 1)[-1]
@@ -392,8 +417,10 @@ def ensure_homework(homeworks: list[Homework], build: bool) -> list[str]:
         return []
     names = [hw.name for hw in stale]
     if not build:
-        return [f"{', '.join(names)}: not built or older than the master; run "
-                f"`python -m attngrade.assign {' '.join(names)}` (or drop --no-assign)"]
+        return [
+            f"{', '.join(names)}: not built or older than the master; run "
+            f"`python -m attngrade.assign {' '.join(names)}` (or drop --no-assign)"
+        ]
     _log(f"building the homework {', '.join(names)} (python -m attngrade.assign) ...")
     proc = subprocess.run([sys.executable, "-m", "attngrade.assign", *names], cwd=repo_root())
     if proc.returncode != 0:
@@ -421,8 +448,11 @@ def copy_homework(homeworks: list[Homework], target: Path) -> list[str]:
 def _book_inputs(root: Path) -> list[Path]:
     files = [root / "_config.yml", root / "_toc.yml"]
     for folder in (root / "book", root / "src" / "attnbook"):
-        files += [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                  and ".ipynb_checkpoints" not in p.parts]
+        files += [
+            p
+            for p in folder.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts
+        ]
     return [p for p in files if p.exists()]
 
 
@@ -469,8 +499,9 @@ def build_packages(root: Path, target: Path, work: Path) -> list[str]:
     for pkg in ("attnbook", "attngrade"):
         shutil.copytree(root / "src" / pkg, stage / "src" / pkg, ignore=_IGNORE)
     target.mkdir(parents=True)
-    proc = subprocess.run([sys.executable, "-c", _BUILD_PACKAGES, str(target)], cwd=stage,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _BUILD_PACKAGES, str(target)], cwd=stage, capture_output=True, text=True
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"building the package failed:\n{(proc.stdout + proc.stderr)[-4000:]}")
     return sorted(p.name for p in target.iterdir())
@@ -548,22 +579,33 @@ in the `.zip` it writes (or the `.ipynb`) where your instructor says.
 
 
 def write_readme(out: Path, parts: dict[str, list[str]], title: str) -> None:
-    wheel = next((f"packages/{p}" for p in parts.get("packages", []) if p.endswith(".whl")),
-                 "packages/attnbook-<version>-py3-none-any.whl")
+    wheel = next(
+        (f"packages/{p}" for p in parts.get("packages", []) if p.endswith(".whl")),
+        "packages/attnbook-<version>-py3-none-any.whl",
+    )
     desc = {
-        "site": ("the website: every chapter, with math, figures and each chapter's notebook to "
-                 "download", "any static web host"),
-        "packages": ("the `attnbook` package (with `attngrade`, whose checks the homework "
-                     "notebooks import): " + ", ".join(f"`{p}`" for p in parts.get("packages", [])),
-                     "PyPI, or hand out the wheel"),
-        "homework": ("the student notebooks, one folder (and the same as a zip) per homework: "
-                     + ", ".join(f"`{p}`" for p in parts.get("homework", []) if p.endswith("/")),
-                     "your LMS, one per homework, when it starts"),
-        "source": ("the public course source: " + ", ".join(f"`{p}`" for p in parts.get("source", [])),
-                   "a new public git repository"),
+        "site": (
+            "the website: every chapter, with math, figures and each chapter's notebook to download",
+            "any static web host",
+        ),
+        "packages": (
+            "the `attnbook` package (with `attngrade`, whose checks the homework "
+            "notebooks import): " + ", ".join(f"`{p}`" for p in parts.get("packages", [])),
+            "PyPI, or hand out the wheel",
+        ),
+        "homework": (
+            "the student notebooks, one folder (and the same as a zip) per homework: "
+            + ", ".join(f"`{p}`" for p in parts.get("homework", []) if p.endswith("/")),
+            "your LMS, one per homework, when it starts",
+        ),
+        "source": (
+            "the public course source: " + ", ".join(f"`{p}`" for p in parts.get("source", [])),
+            "a new public git repository",
+        ),
     }
-    rows = "\n".join(f"| `{k}/` | {desc[k][0]} | {desc[k][1]} |" for k in ("site", "packages", "homework", "source")
-                     if k in parts)
+    rows = "\n".join(
+        f"| `{k}/` | {desc[k][0]} | {desc[k][1]} |" for k in ("site", "packages", "homework", "source") if k in parts
+    )
     text = _README.format(title=title, date=time.strftime("%Y-%m-%d %H:%M"), rows=rows, wheel=wheel)
     (out / "README.md").write_text(text, encoding="utf-8")
 
@@ -572,23 +614,38 @@ def write_manifest(out: Path, info: dict) -> None:
     files = []
     for path in sorted(out.rglob("*")):
         if path.is_file() and path.name != "MANIFEST.json":
-            files.append({"path": str(path.relative_to(out)), "bytes": path.stat().st_size,
-                          "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+            files.append(
+                {
+                    "path": str(path.relative_to(out)),
+                    "bytes": path.stat().st_size,
+                    "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                }
+            )
     (out / "MANIFEST.json").write_text(json.dumps({**info, "files": files}, indent=1) + "\n", encoding="utf-8")
 
 
 def _title(root: Path) -> str:
-    m = re.search(r'^title:\s*"?([^"\n]+)"?', (root / "_config.yml").read_text(encoding="utf-8"), re.M) \
-        if (root / "_config.yml").exists() else None
+    m = (
+        re.search(r'^title:\s*"?([^"\n]+)"?', (root / "_config.yml").read_text(encoding="utf-8"), re.M)
+        if (root / "_config.yml").exists()
+        else None
+    )
     return m.group(1).strip() if m else "The course"
 
 
 # --------------------------------------------------------------------------------------------
 
 
-def release(out: Path, *, book: bool = True, rebuild_book: bool = False, assign: bool = True,
-            source: bool = True, root: Path | None = None,
-            homeworks: list[Homework] | None = None) -> tuple[list[str], dict]:
+def release(
+    out: Path,
+    *,
+    book: bool = True,
+    rebuild_book: bool = False,
+    assign: bool = True,
+    source: bool = True,
+    root: Path | None = None,
+    homeworks: list[Homework] | None = None,
+) -> tuple[list[str], dict]:
     """Build the release into ``out``; (problems, info). Nothing is written to ``out`` unless the
     tree is complete and clean; a previous release there (with its ``RELEASE.json``) is replaced."""
     root = (root or repo_root()).resolve()
@@ -625,25 +682,31 @@ def release(out: Path, *, book: bool = True, rebuild_book: bool = False, assign:
             "built": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "parts": {k: v for k, v in parts.items() if k != "site"},
             "homework": [hw.name for hw in homeworks],
-            "checked": {"solution_lines": len(secrets.solution_lines),
-                        "hidden_tests": len(secrets.hidden_names),
-                        "hidden_test_lines": len(secrets.hidden_lines),
-                        "mutant_lines": len(secrets.mutant_lines),
-                        "lines_also_in_public_sources": secrets.shared_with_public},
+            "checked": {
+                "solution_lines": len(secrets.solution_lines),
+                "hidden_tests": len(secrets.hidden_names),
+                "hidden_test_lines": len(secrets.hidden_lines),
+                "mutant_lines": len(secrets.mutant_lines),
+                "lines_also_in_public_sources": secrets.shared_with_public,
+            },
         }
         if problems:
             return problems, info
         write_readme(new, parts, _title(root))
-        (new / MARKER).write_text(json.dumps({k: info[k] for k in ("built", "homework", "checked")},
-                                             indent=1) + "\n", encoding="utf-8")
+        (new / MARKER).write_text(
+            json.dumps({k: info[k] for k in ("built", "homework", "checked")}, indent=1) + "\n", encoding="utf-8"
+        )
         write_manifest(new, info)
         if out.exists():
             old = Path(tmp) / "previous"
             out.rename(old)
         new.rename(out)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    info.update(size_bytes=size, files=sum(1 for p in out.rglob("*") if p.is_file()),
-                seconds=round(time.perf_counter() - start, 1))
+    info.update(
+        size_bytes=size,
+        files=sum(1 for p in out.rglob("*") if p.is_file()),
+        seconds=round(time.perf_counter() - start, 1),
+    )
     return [], info
 
 
@@ -651,30 +714,45 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m attngrade.release",
         description="Build the student-facing course (website, package, student notebooks, public "
-                    "source) into one folder, and check that it holds no solution, hidden test, "
-                    "master or mutant.")
+        "source) into one folder, and check that it holds no solution, hidden test, "
+        "master or mutant.",
+    )
     p.add_argument("--out", type=Path, default=None, help="output folder (default: dist/course in the repository)")
     p.add_argument("--no-book", action="store_true", help="leave the website out (no book build)")
-    p.add_argument("--rebuild-book", action="store_true",
-                   help="run the strict book build even if _build/html is newer than every source")
-    p.add_argument("--no-assign", action="store_true",
-                   help="fail rather than build a homework whose student version is missing or stale")
+    p.add_argument(
+        "--rebuild-book",
+        action="store_true",
+        help="run the strict book build even if _build/html is newer than every source",
+    )
+    p.add_argument(
+        "--no-assign",
+        action="store_true",
+        help="fail rather than build a homework whose student version is missing or stale",
+    )
     p.add_argument("--no-source", action="store_true", help="leave the public source copy out")
     args = p.parse_args(argv)
     root = repo_root()
     out = args.out if args.out is not None else root / "dist" / "course"
-    problems, info = release(out, book=not args.no_book, rebuild_book=args.rebuild_book,
-                             assign=not args.no_assign, source=not args.no_source, root=root)
+    problems, info = release(
+        out,
+        book=not args.no_book,
+        rebuild_book=args.rebuild_book,
+        assign=not args.no_assign,
+        source=not args.no_source,
+        root=root,
+    )
     if problems:
         for line in problems:
             print(line, file=sys.stderr)
         print(f"FAILED: {len(problems)} problem(s); nothing was written to {out}", file=sys.stderr)
         return 1
     c = info["checked"]
-    print(f"released into {out}: {info['files']} files, {info['size_bytes'] / 2**20:.1f} MiB, "
-          f"in {info['seconds']:.0f} s; checked for {c['solution_lines']} solution lines, "
-          f"{c['hidden_tests']} hidden tests ({c['hidden_test_lines']} lines) and "
-          f"{c['mutant_lines']} mutant lines: none found. See {out / 'README.md'}.")
+    print(
+        f"released into {out}: {info['files']} files, {info['size_bytes'] / 2**20:.1f} MiB, "
+        f"in {info['seconds']:.0f} s; checked for {c['solution_lines']} solution lines, "
+        f"{c['hidden_tests']} hidden tests ({c['hidden_test_lines']} lines) and "
+        f"{c['mutant_lines']} mutant lines: none found. See {out / 'README.md'}."
+    )
     return 0
 
 

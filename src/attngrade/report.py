@@ -71,8 +71,13 @@ def gradebook_csv(rows: Sequence[dict[str, str]], questions: Sequence[str]) -> s
     w = csv.writer(buf)
     w.writerow(["submission", *questions, *FIXED_COLUMNS])
     for row in sorted(rows, key=lambda r: r["submission"]):
-        w.writerow([_cell_name(row["submission"]), *(row.get(q, "0") for q in questions),
-                    *(row.get(c, "") for c in FIXED_COLUMNS)])
+        w.writerow(
+            [
+                _cell_name(row["submission"]),
+                *(row.get(q, "0") for q in questions),
+                *(row.get(c, "") for c in FIXED_COLUMNS),
+            ]
+        )
     return buf.getvalue()
 
 
@@ -89,17 +94,21 @@ def read_gradebook(path: Path) -> list[dict[str, str]]:
     return rows
 
 
-HIDDEN_NOTE = ("Hidden tests (other shapes, dtypes and edge cases) ran at grading; their names and what "
-               "they found are shown, their code is not.")
+HIDDEN_NOTE = (
+    "Hidden tests (other shapes, dtypes and edge cases) ran at grading; their names and what "
+    "they found are shown, their code is not."
+)
 
 
 def feedback_text(r: SubmissionResult, homework: str) -> str:
     """The feedback a student receives: per question the score and each test's verdict."""
-    lines = [f"# {homework}: feedback for {r.submission}", "",
-             f"Total: {_num(r.total)} / {_num(r.possible)}", ""]
+    lines = [f"# {homework}: feedback for {r.submission}", "", f"Total: {_num(r.total)} / {_num(r.possible)}", ""]
     if r.status == "error":
-        lines += ["**The grader failed on this submission; this is not your score.** Your instructor has "
-                  "been told and will grade it again.", ""]
+        lines += [
+            "**The grader failed on this submission; this is not your score.** Your instructor has "
+            "been told and will grade it again.",
+            "",
+        ]
     for q in r.questions:
         lines.append(f"## {q.name}: {_num(q.score)} / {_num(q.possible)}")
         for c in q.cases:
@@ -143,13 +152,23 @@ def failure_summary(r: SubmissionResult) -> list[str]:
     return lines
 
 
-def summary_text(rows: Sequence[dict[str, str]], questions: Sequence[str], results: Sequence[SubmissionResult],
-                 homework: str, *, merged: bool = False) -> str:
+def summary_text(
+    rows: Sequence[dict[str, str]],
+    questions: Sequence[str],
+    results: Sequence[SubmissionResult],
+    homework: str,
+    *,
+    merged: bool = False,
+) -> str:
     """The class summary: counts by status, per-question averages, hidden-test failures."""
     graded = [r for r in rows if r.get("status") != "error"]
-    lines = [f"# {homework}: class summary", "",
-             f"{len(rows)} submissions: " + ", ".join(f"{n} {s}" for s, n in
-                                                      sorted(Counter(r.get('status', 'ok') for r in rows).items())), ""]
+    lines = [
+        f"# {homework}: class summary",
+        "",
+        f"{len(rows)} submissions: "
+        + ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.get("status", "ok") for r in rows).items())),
+        "",
+    ]
     if graded:
         lines += ["| question | average | possible |", "|---|---|---|"]
         possible = {}
@@ -160,8 +179,12 @@ def summary_text(rows: Sequence[dict[str, str]], questions: Sequence[str], resul
             vals = [float(r.get(q) or 0) for r in graded]
             lines.append(f"| {q} | {sum(vals) / len(vals):.2f} | {_num(possible.get(q, 0))} |")
         totals = [float(r.get("total") or 0) for r in graded]
-        lines += ["", f"Average total: {sum(totals) / len(totals):.2f} of "
-                      f"{graded[0].get('possible', '?')} (status=error rows left out)", ""]
+        lines += [
+            "",
+            f"Average total: {sum(totals) / len(totals):.2f} of "
+            f"{graded[0].get('possible', '?')} (status=error rows left out)",
+            "",
+        ]
     failures = Counter()
     for r in results:
         if r.status == "error":
@@ -173,8 +196,9 @@ def summary_text(rows: Sequence[dict[str, str]], questions: Sequence[str], resul
     scope = "the submissions graded in this run" if merged else "all submissions"
     lines += [f"Hidden tests failed ({scope}):", ""]
     if failures:
-        lines += [f"- {name}: {n} of {sum(1 for r in results if r.status != 'error')}"
-                  for name, n in failures.most_common()]
+        lines += [
+            f"- {name}: {n} of {sum(1 for r in results if r.status != 'error')}" for name, n in failures.most_common()
+        ]
     else:
         lines.append("- none")
     return "\n".join(lines) + "\n"
@@ -207,8 +231,15 @@ def histogram_png(rows: Sequence[dict[str, str]], homework: str) -> bytes | None
     return buf.getvalue()
 
 
-def write_reports(results: Sequence[SubmissionResult], questions: Sequence[str], out: str | os.PathLike[str],
-                  homework: str, *, merge: bool = False, hidden: dict | None = None) -> Written:
+def write_reports(
+    results: Sequence[SubmissionResult],
+    questions: Sequence[str],
+    out: str | os.PathLike[str],
+    homework: str,
+    *,
+    merge: bool = False,
+    hidden: dict | None = None,
+) -> Written:
     """Write the gradebook, the feedback files and the summary into ``out`` (see the module doc)."""
     out = Path(out)
     book = out / "gradebook.csv"

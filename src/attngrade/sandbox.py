@@ -37,8 +37,9 @@ from .view import MOUNT, View, bwrap_arguments
 #: uids handed to sandboxes when the grader runs as root (a random one per worker)
 UID_RANGE = (2_000_000_000, 2_100_000_000)
 
-_BOOT = ("import sys; sys.path.insert(0, {mount!r}); from attngrade.worker import worker_main; "
-         "worker_main(int(sys.argv[1]))")
+_BOOT = (
+    "import sys; sys.path.insert(0, {mount!r}); from attngrade.worker import worker_main; worker_main(int(sys.argv[1]))"
+)
 
 
 class SandboxError(Exception):
@@ -67,15 +68,25 @@ def find_bwrap() -> str | None:
     return shutil.which("bwrap")
 
 
-INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install "
-                "bubblewrap), or pass --unsafe-no-sandbox to grade without isolation in a trusted setting")
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install "
+    "bubblewrap), or pass --unsafe-no-sandbox to grade without isolation in a trusted setting"
+)
 
 
 class Worker:
     """One sandbox process; not thread-safe (one grading thread owns one worker)."""
 
-    def __init__(self, view: View, *, hide: list[str], forbidden: list[str], sandbox: bool = True,
-                 startup_timeout: float = 180.0, tmp_mb: int = 64):
+    def __init__(
+        self,
+        view: View,
+        *,
+        hide: list[str],
+        forbidden: list[str],
+        sandbox: bool = True,
+        startup_timeout: float = 180.0,
+        tmp_mb: int = 64,
+    ):
         self.view = view
         self.hide = hide
         self.forbidden = forbidden
@@ -98,24 +109,47 @@ class Worker:
         fd = theirs.fileno()
         as_root = running_as_root()
         python = sys.executable
-        command = [python, "-s", "-B", "-c", _BOOT.format(mount=MOUNT if self.sandbox else str(self.view.root / "lib")),
-                   str(fd)]
+        command = [
+            python,
+            "-s",
+            "-B",
+            "-c",
+            _BOOT.format(mount=MOUNT if self.sandbox else str(self.view.root / "lib")),
+            str(fd),
+        ]
         if self.sandbox:
             bwrap = find_bwrap()
             if bwrap is None:
                 raise SandboxUnavailable("bubblewrap (bwrap) is not installed: " + INSTALL_HINT)
-            command = [bwrap, *bwrap_arguments(self.view, hide=self.hide, as_root=as_root, tmp_mb=self.tmp_mb),
-                       *command]
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "OMP_NUM_THREADS": "1",
-               "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg",
-               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+            command = [
+                bwrap,
+                *bwrap_arguments(self.view, hide=self.hide, as_root=as_root, tmp_mb=self.tmp_mb),
+                *command,
+            ]
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "HOME": "/tmp",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MPLBACKEND": "Agg",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+        }
         for key in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # this machine's OpenBLAS needs them
             if key in os.environ:
                 env[key] = os.environ[key]
         try:
-            self.proc = subprocess.Popen(command, pass_fds=[fd], stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                command,
+                pass_fds=[fd],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+            )
         except OSError as exc:
             theirs.close()
             ours.close()
@@ -308,10 +342,15 @@ class Session:
             if not (isinstance(reply, dict) and reply.get("op") == "executed"):
                 raise protocol.ProtocolError("unexpected reply")
             errors = reply.get("errors", [])
-            self.execution_errors = [
-                {"cell": int(e.get("cell", -1)), "error": str(e.get("error", ""))[:2000]}
-                for e in errors[:50] if isinstance(e, dict)
-            ] if isinstance(errors, list) else []
+            self.execution_errors = (
+                [
+                    {"cell": int(e.get("cell", -1)), "error": str(e.get("error", ""))[:2000]}
+                    for e in errors[:50]
+                    if isinstance(e, dict)
+                ]
+                if isinstance(errors, list)
+                else []
+            )
             return True
         except TimeoutError:
             self.broken = "running the notebook took longer than its time limit (an endless loop?)"
@@ -360,8 +399,7 @@ class Session:
     def lookup(self, name: str) -> tuple[str, Any]:
         """('callable', None), ('value', value) or ('missing', None) for a notebook name."""
         if name not in self._kinds:
-            reply = self._request({"op": "lookup", "name": name},
-                                  self._call_deadline())
+            reply = self._request({"op": "lookup", "name": name}, self._call_deadline())
             kind = reply.get("kind") if isinstance(reply, dict) else None
             if kind not in ("callable", "value", "missing"):
                 raise SandboxError("the sandbox answered a lookup with nonsense")
@@ -376,8 +414,9 @@ class Session:
 
     def call_returning_inputs(self, name: str, args: tuple, kwargs: dict[str, Any]) -> tuple[Any, list, dict]:
         """Like :meth:`call`, with the arguments as the student's function left them."""
-        reply = self._request({"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs)},
-                              self._call_deadline())
+        reply = self._request(
+            {"op": "call", "name": name, "args": list(args), "kwargs": dict(kwargs)}, self._call_deadline()
+        )
         if not isinstance(reply, dict) or "ok" not in reply:
             raise SandboxError("the sandbox answered a call with nonsense")
         tampered = reply.get("tampered")
@@ -397,7 +436,7 @@ class Session:
             kwargs_after = dict(kwargs)
         return reply.get("value"), args_after, kwargs_after
 
-    def proxy(self, name: str) -> "StudentFunction":
+    def proxy(self, name: str) -> StudentFunction:
         return StudentFunction(self, name)
 
 
@@ -405,8 +444,10 @@ class ForbiddenCall(SandboxError):
     """The student's function ran a reference implementation the homework asks them to write."""
 
     def __init__(self, refs: str):
-        super().__init__(f"ran {refs}, the reference implementation this homework asks you to write "
-                         f"(decided from what your function executed); this test scores 0")
+        super().__init__(
+            f"ran {refs}, the reference implementation this homework asks you to write "
+            f"(decided from what your function executed); this test scores 0"
+        )
         self.refs = refs
 
 

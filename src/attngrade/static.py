@@ -28,18 +28,59 @@ from typing import Any
 
 #: names that run code built at run time, or reach objects behind the grader's back
 DYNAMIC_NAMES = {
-    "exec", "eval", "compile", "__import__", "globals", "vars", "locals", "breakpoint",
+    "exec",
+    "eval",
+    "compile",
+    "__import__",
+    "globals",
+    "vars",
+    "locals",
+    "breakpoint",
 }
 #: modules whose import alone marks dynamic code
 DYNAMIC_MODULES = {
-    "importlib", "imp", "runpy", "ctypes", "gc", "marshal", "pickle", "dill", "cloudpickle", "zipimport",
+    "importlib",
+    "imp",
+    "runpy",
+    "ctypes",
+    "gc",
+    "marshal",
+    "pickle",
+    "dill",
+    "cloudpickle",
+    "zipimport",
 }
 #: attributes that reach interpreter internals
 DYNAMIC_ATTRIBUTES = {
-    "__globals__", "__closure__", "__code__", "__builtins__", "__dict__", "__wrapped__", "__subclasses__",
-    "__bases__", "__base__", "__mro__", "__loader__", "__spec__", "__func__", "__self__", "__getattribute__",
-    "__reduce__", "__reduce_ex__", "__import__", "__defaults__", "__kwdefaults__", "f_globals", "f_locals",
-    "f_back", "f_builtins", "gi_frame", "cr_frame", "tb_frame", "_getframe", "__traceback__",
+    "__globals__",
+    "__closure__",
+    "__code__",
+    "__builtins__",
+    "__dict__",
+    "__wrapped__",
+    "__subclasses__",
+    "__bases__",
+    "__base__",
+    "__mro__",
+    "__loader__",
+    "__spec__",
+    "__func__",
+    "__self__",
+    "__getattribute__",
+    "__reduce__",
+    "__reduce_ex__",
+    "__import__",
+    "__defaults__",
+    "__kwdefaults__",
+    "f_globals",
+    "f_locals",
+    "f_back",
+    "f_builtins",
+    "gi_frame",
+    "cr_frame",
+    "tb_frame",
+    "_getframe",
+    "__traceback__",
 }
 #: attribute paths under torch that lead to the raw kernels
 PRIVATE_TORCH = ("torch.ops", "torch._C", "torch.overrides", "torch._", "torch.library", "torch.utils.cpp_extension")
@@ -188,7 +229,11 @@ class Analyzer:
             # top-level `answer = helper` makes `answer` use `helper`
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                used = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in units} if node.value else set()
+                used = (
+                    {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name) and n.id in units}
+                    if node.value
+                    else set()
+                )
                 for t in targets:
                     for n in ast.walk(t):
                         if isinstance(n, ast.Name):
@@ -251,14 +296,25 @@ class Analyzer:
                     unit.uses.add(node.id)
             if isinstance(node, ast.Attribute) and node.attr in DYNAMIC_ATTRIBUTES:
                 dynamic.append(f"reads the attribute .{node.attr}")
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr", "delattr", "hasattr"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "setattr", "delattr", "hasattr")
+            ):
                 if len(node.args) < 2 or not isinstance(node.args[1], ast.Constant):
                     dynamic.append(f"uses {node.func.id}() with a computed attribute name")
                 else:
                     base = _dotted(node.args[0])
                     if base is not None:
-                        self._check_ref(f"{self._expand(base, aliases)}.{node.args[1].value}", node, unit, top,
-                                        called, binding, deferred)
+                        self._check_ref(
+                            f"{self._expand(base, aliases)}.{node.args[1].value}",
+                            node,
+                            unit,
+                            top,
+                            called,
+                            binding,
+                            deferred,
+                        )
             if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(getattr(node, "ctx", None), ast.Load):
                 d = _dotted(node)
                 if d is None:

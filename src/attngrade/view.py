@@ -60,8 +60,12 @@ def _resolve(dotted: str) -> Any:
 
 
 def _stub_body(message: str) -> list[ast.stmt]:
-    return [ast.Raise(exc=ast.Call(func=ast.Name("NotImplementedError", ast.Load()),
-                                   args=[ast.Constant(message)], keywords=[]), cause=None)]
+    return [
+        ast.Raise(
+            exc=ast.Call(func=ast.Name("NotImplementedError", ast.Load()), args=[ast.Constant(message)], keywords=[]),
+            cause=None,
+        )
+    ]
 
 
 def stub_source(source: str, qualnames: dict[str, str]) -> str:
@@ -79,7 +83,8 @@ def stub_source(source: str, qualnames: dict[str, str]) -> str:
                 elif ref is not None:
                     node.body = _stub_body(
                         f"{ref} is the reference implementation of what this homework asks you to "
-                        f"write; it is not available while grading")
+                        f"write; it is not available while grading"
+                    )
 
     visit(tree.body, "", None)
     return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
@@ -142,9 +147,15 @@ def build_view(root: str | os.PathLike[str], forbidden: list[str]) -> View:
 def _python_roots() -> list[str]:
     """The folders the sandbox's Python needs: its installation, the virtual environment and every
     site-packages folder (deduplicated, parents first)."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"],
-             *site.getsitepackages()}
+    paths = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        sysconfig.get_paths()["stdlib"],
+        sysconfig.get_paths()["platstdlib"],
+        *site.getsitepackages(),
+    }
     user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
     if user and os.path.isdir(user):
         paths.add(user)
@@ -165,8 +176,15 @@ def _under(path: str, roots: list[str]) -> bool:
 
 def bwrap_arguments(view: View, *, hide: list[str], as_root: bool, tmp_mb: int = 64) -> list[str]:
     """bubblewrap's command line (without the command) for a sandbox on ``view``."""
-    args = ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session"]
+    args = [
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+    ]
     if not as_root:
         args.append("--unshare-user")
     system = []
@@ -182,15 +200,37 @@ def bwrap_arguments(view: View, *, hide: list[str], as_root: bool, tmp_mb: int =
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     # the private folders first, so that a Python installed under /tmp (a checkout there) is
     # mounted on top of the fresh /tmp rather than hidden by it
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(tmp_mb * 2**20), "--tmpfs", "/tmp",
-             "--perms", "1777", "--size", str(16 * 2**20), "--tmpfs", "/dev/shm"]
+    args += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(tmp_mb * 2**20),
+        "--tmpfs",
+        "/tmp",
+        "--perms",
+        "1777",
+        "--size",
+        str(16 * 2**20),
+        "--tmpfs",
+        "/dev/shm",
+    ]
     roots = [r for r in _python_roots() if not _under(r, system)]
     # the folders above each mount must be traversable by the sandbox's unprivileged user (bwrap
     # would otherwise copy the host's modes, e.g. /root's 0700); /tmp and /dev/shm keep theirs
     fixed = {"/", "/tmp", "/dev", "/dev/shm", "/proc"}
-    parents = sorted({str(a) for r in [*roots, MOUNT] for a in Path(r).parents
-                      if str(a) not in fixed and not _under(str(a), system)}, key=lambda p: p.count("/"))
+    parents = sorted(
+        {
+            str(a)
+            for r in [*roots, MOUNT]
+            for a in Path(r).parents
+            if str(a) not in fixed and not _under(str(a), system)
+        },
+        key=lambda p: p.count("/"),
+    )
     for parent in parents:
         args += ["--perms", "0755", "--dir", parent]
     for r in roots:

@@ -46,6 +46,7 @@ class CellTimeout(BaseException):
 
 # -- the worker ------------------------------------------------------------------------------
 
+
 def preload(forbidden_ops: list[str]) -> Any:
     """Import and warm up what a homework uses, once, before any fork; return the guard."""
     import numpy  # noqa: F401
@@ -101,8 +102,10 @@ def refuse_kernels(forbidden: list[str]) -> list[str]:
     _REFUSING.append(lib)
     refused = []
     for op in ops:
-        message = (f"aten::{op} is PyTorch's fused implementation of what this homework asks you to "
-                   f"write; it is not available while grading")
+        message = (
+            f"aten::{op} is PyTorch's fused implementation of what this homework asks you to "
+            f"write; it is not available while grading"
+        )
 
         def refuse(*args: Any, _message: str = message, **kwargs: Any) -> Any:
             raise NotImplementedError(_message)
@@ -315,7 +318,7 @@ def worker_main(fd: int) -> None:
             ctrl.settimeout(0.02)
             try:
                 msg = ctrl.recv(1 << 10)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 msg = b""
@@ -334,6 +337,7 @@ def worker_main(fd: int) -> None:
 
 # -- the child: one submission ---------------------------------------------------------------
 
+
 def _workdir() -> str:
     """The child's working folder: in the sandbox's private /tmp, or (unsandboxed) the worker's own
     temporary folder, made when the worker starts."""
@@ -341,6 +345,7 @@ def _workdir() -> str:
 
 
 _UNSAFE_WORKDIR = ""
+
 
 def apply_limits(limits: dict[str, Any]) -> None:
     """Resource limits of the child (inherited by anything it starts)."""

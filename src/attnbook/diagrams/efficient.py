@@ -55,10 +55,26 @@ def draw_tiles(n: int = 12, block_size: int = 3, *, cell: float = 0.17) -> Figur
         _loop_arrows(ax, left, top, side, strip * cell)
         for b in range(t):  # the blocks Q_i down the left and K_j^T across the top
             offset, size = b * (block_size * cell + gap), min(block_size, n - b * block_size)
-            matrix_block(ax, (left - 0.15 - strip * cell / 2, top - offset - size * cell / 2), size, strip,
-                         role="query", cell=cell, label=f"$Q_{{{b + 1}}}$", label_side="left")
-            matrix_block(ax, (left + offset + size * cell / 2, top + 0.15 + strip * cell / 2), strip, size,
-                         role="key", cell=cell, label=f"$K_{{{b + 1}}}^\\top$", label_side="top")
+            matrix_block(
+                ax,
+                (left - 0.15 - strip * cell / 2, top - offset - size * cell / 2),
+                size,
+                strip,
+                role="query",
+                cell=cell,
+                label=f"$Q_{{{b + 1}}}$",
+                label_side="left",
+            )
+            matrix_block(
+                ax,
+                (left + offset + size * cell / 2, top + 0.15 + strip * cell / 2),
+                strip,
+                size,
+                role="key",
+                cell=cell,
+                label=f"$K_{{{b + 1}}}^\\top$",
+                label_side="top",
+            )
         for order, tile in enumerate((tile for tile in tiles if tile.kind != "skipped"), start=1):
             _draw_tile(ax, tile, left, top, block_size, gap, cell, causal, order)
         skipped = [tile for tile in tiles if tile.kind == "skipped"]
@@ -68,8 +84,14 @@ def draw_tiles(n: int = 12, block_size: int = 3, *, cell: float = 0.17) -> Figur
             pitch = block_size * cell + gap
             a = sum(tile.queries.start // block_size + 0.5 for tile in skipped) / len(skipped)
             b = sum(tile.keys.start // block_size + 0.5 for tile in skipped) / len(skipped)
-            text(ax, (left + b * pitch, top - a * pitch), "skipped", size=NOTE_SIZE + 0.5, zorder=4,
-                 bbox={"boxstyle": "round,pad=0.15", "facecolor": PANEL, "edgecolor": "none", "alpha": 0.9})
+            text(
+                ax,
+                (left + b * pitch, top - a * pitch),
+                "skipped",
+                size=NOTE_SIZE + 0.5,
+                zorder=4,
+                bbox={"boxstyle": "round,pad=0.15", "facecolor": PANEL, "edgecolor": "none", "alpha": 0.9},
+            )
     _tiles_legend(ax, (0.45, 0.3), cell)
     return fig
 
@@ -80,16 +102,44 @@ def _draw_tile(ax, tile, left, top, block_size, gap, cell, causal, order) -> Non
     rows, cols = tile.queries.stop - tile.queries.start, tile.keys.stop - tile.keys.start
     x0, y0 = left + tile.keys.start * cell + b * gap, top - tile.queries.start * cell - a * gap
     center = (x0 + cols * cell / 2, y0 - rows * cell / 2)
-    hidden = [[causal and j > i for j in range(tile.keys.start, tile.keys.stop)]
-              for i in range(tile.queries.start, tile.queries.stop)]  # (rows, cols), True = masked
+    hidden = [
+        [causal and j > i for j in range(tile.keys.start, tile.keys.stop)]
+        for i in range(tile.queries.start, tile.queries.stop)
+    ]  # (rows, cols), True = masked
     if order is None:
-        matrix_block(ax, center, rows, cols, role="mask", cell=cell, blocked=hidden, label="skipped",
-                     label_side=None, shape_side=None)
+        matrix_block(
+            ax,
+            center,
+            rows,
+            cols,
+            role="mask",
+            cell=cell,
+            blocked=hidden,
+            label="skipped",
+            label_side=None,
+            shape_side=None,
+        )
         return
-    matrix_block(ax, center, rows, cols, role="score", cell=cell, blocked=hidden, label=f"tile {order}",
-                 label_side=None, shape_side=None)
-    text(ax, center, str(order), size=NOTE_SIZE + 0.5, zorder=4,
-         bbox={"boxstyle": "round,pad=0.12", "facecolor": PANEL, "edgecolor": "none", "alpha": 0.85})
+    matrix_block(
+        ax,
+        center,
+        rows,
+        cols,
+        role="score",
+        cell=cell,
+        blocked=hidden,
+        label=f"tile {order}",
+        label_side=None,
+        shape_side=None,
+    )
+    text(
+        ax,
+        center,
+        str(order),
+        size=NOTE_SIZE + 0.5,
+        zorder=4,
+        bbox={"boxstyle": "round,pad=0.12", "facecolor": PANEL, "edgecolor": "none", "alpha": 0.85},
+    )
 
 
 def _loop_arrows(ax, left, top, side, strip) -> None:
@@ -143,15 +193,34 @@ def draw_kv_cache(steps: int = 4, max_len: int | None = None, d: int = 3, *, cel
         q = matrix_block(ax, (cx, y_q), 1, d, role="query", cell=cell, label=f"$q_{{{t}}}$", label_side="left")
         y_buf = y_q - cell / 2 - 0.45 - 0.3 - buffer / 2  # the buffers' centre
         shade = [[1.0 if r == t else 0.45 if r < t else 0.0] * d for r in range(max_len)]  # new, stored, free
-        keys = matrix_block(ax, (cx - pair / 2 + d * cell / 2, y_buf), max_len, d, role="key", cell=cell,
-                            shade=shade, label="$K$", label_side="top")
-        values = matrix_block(ax, (cx + pair / 2 - d * cell / 2, y_buf), max_len, d, role="value", cell=cell,
-                              shade=shade, label="$V$", label_side="top")
+        keys = matrix_block(
+            ax,
+            (cx - pair / 2 + d * cell / 2, y_buf),
+            max_len,
+            d,
+            role="key",
+            cell=cell,
+            shade=shade,
+            label="$K$",
+            label_side="top",
+        )
+        values = matrix_block(
+            ax,
+            (cx + pair / 2 - d * cell / 2, y_buf),
+            max_len,
+            d,
+            role="value",
+            cell=cell,
+            shade=shade,
+            label="$V$",
+            label_side="top",
+        )
         row_y = keys.cell_center(t, 0)[1]
         text(ax, (keys.x - 0.06, row_y), f"$k_{{{t}}}$", role="key", ha="right")
         text(ax, (values.x + values.width + 0.06, row_y), f"$v_{{{t}}}$", role="value", ha="left")
-        o = matrix_block(ax, (cx, values.y - 0.4 - cell / 2), 1, d, role="output", cell=cell,
-                         label=f"$o_{{{t}}}$", label_side="left")
+        o = matrix_block(
+            ax, (cx, values.y - 0.4 - cell / 2), 1, d, role="output", cell=cell, label=f"$o_{{{t}}}$", label_side="left"
+        )
         arrow(ax, q.bottom, (keys.top[0], keys.top[1] + 0.3), role="query", bend=0.15)
         arrow(ax, values.bottom, o.top, role="value", bend=-0.15)
         text(ax, (cx, o.y - 0.18), f"{t + 1} of {max_len} rows in use", size=NOTE_SIZE - 0.5)

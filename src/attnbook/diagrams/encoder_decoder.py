@@ -27,8 +27,18 @@ def _tokens(ax, x_left: float, y: float, words: list[str], role: str) -> list[tu
     for i, word in enumerate(words):
         cx = x_left + (i + 0.5) * TOKEN_STEP
         w, h = TOKEN_BOX
-        ax.add_patch(FancyBboxPatch((cx - w / 2, y - h / 2), w, h, boxstyle="round,pad=0,rounding_size=0.05",
-                                    facecolor=light(role, 0.75), edgecolor=dark(role), linewidth=1.0, zorder=2))
+        ax.add_patch(
+            FancyBboxPatch(
+                (cx - w / 2, y - h / 2),
+                w,
+                h,
+                boxstyle="round,pad=0,rounding_size=0.05",
+                facecolor=light(role, 0.75),
+                edgecolor=dark(role),
+                linewidth=1.0,
+                zorder=2,
+            )
+        )
         text(ax, (cx, y), word, size=8, zorder=3)
         centres.append((cx, y))
     return centres
@@ -87,8 +97,13 @@ def draw_encoder_decoder(
     causal = np.tril(np.ones((n, n), dtype=bool))
     panels = [
         ("encoder self-attention", "$Z = X_\\mathrm{enc}$, no mask", source, source, np.ones((m, m), bool)),
-        ("cross-attention", "queries from the decoder,\nkeys and values from the encoder", target, source,
-         np.ones((n, m), bool)),
+        (
+            "cross-attention",
+            "queries from the decoder,\nkeys and values from the encoder",
+            target,
+            source,
+            np.ones((n, m), bool),
+        ),
         ("decoder self-attention", "$Z = X_\\mathrm{dec}$, causal mask", target, target, causal),
     ]
     rows = {}
@@ -102,9 +117,17 @@ def draw_encoder_decoder(
         keys = _tokens(ax, k_left, y_keys, k_words, "key")
         _links(ax, queries, keys, allowed)
         rows[title] = (queries, keys)
-        matrix_block(ax, (centre, grid_top - len(q_words) * cell / 2), len(q_words), len(k_words),
-                            role="weight", cell=cell, blocked=~allowed,
-                            shape=f"{len(q_words)} queries × {len(k_words)} keys", shape_side="bottom")
+        matrix_block(
+            ax,
+            (centre, grid_top - len(q_words) * cell / 2),
+            len(q_words),
+            len(k_words),
+            role="weight",
+            cell=cell,
+            blocked=~allowed,
+            shape=f"{len(q_words)} queries × {len(k_words)} keys",
+            shape_side="bottom",
+        )
     text(ax, (lefts[0] - 0.1, y_queries), "queries", size=8.5, ha="right", role="query")
     text(ax, (lefts[0] - 0.1, y_keys), "keys and\nvalues", size=8.5, ha="right", role="key")
     text(ax, (lefts[0] - 0.1, grid_top - n * cell / 2), "allowed\npairs", size=8.5, ha="right", role="weight")
@@ -112,7 +135,13 @@ def draw_encoder_decoder(
     cross_queries, cross_keys = rows["cross-attention"]
     dec_queries = rows["decoder self-attention"][0]
     half = TOKEN_BOX[0] / 2
-    arrow(ax, (enc_keys[-1][0] + half, y_keys), (cross_keys[0][0] - half, y_keys), linestyle="--",
-          label="output", label_offset=(0.0, 0.05))
+    arrow(
+        ax,
+        (enc_keys[-1][0] + half, y_keys),
+        (cross_keys[0][0] - half, y_keys),
+        linestyle="--",
+        label="output",
+        label_offset=(0.0, 0.05),
+    )
     arrow(ax, (dec_queries[0][0] - half, y_queries), (cross_queries[-1][0] + half, y_queries), linestyle="--")
     return fig

@@ -75,31 +75,61 @@ def draw_multi_head(n: int = 5, d_model: int = 8, num_heads: int = 2) -> Figure:
     fig, ax = new_diagram(width, height, alt=_alt(n, d_model, num_heads))
     shade = _head_shade(n, d_model, d_head)
 
-    x_block = matrix_block(ax, (x_x, y_mid), n, d_model, role="neutral", label="$X$",
-                           shape="$n \\times d_\\mathrm{model}$", cell=cell)
+    x_block = matrix_block(
+        ax, (x_x, y_mid), n, d_model, role="neutral", label="$X$", shape="$n \\times d_\\mathrm{model}$", cell=cell
+    )
     fused = {}
     for i, (key, role) in enumerate((("Q", "query"), ("K", "key"), ("V", "value"))):
         y = y_mid + (1 - i) * stack_step
-        fused[key] = matrix_block(ax, (x_qkv, y), n, d_model, role=role, label=f"${key}$", cell=cell,
-                                  shade=shade, label_side="left", shape_side=None)
+        fused[key] = matrix_block(
+            ax,
+            (x_qkv, y),
+            n,
+            d_model,
+            role=role,
+            label=f"${key}$",
+            cell=cell,
+            shade=shade,
+            label_side="left",
+            shape_side=None,
+        )
         _divide(ax, fused[key], d_head, num_heads)
         arrow(ax, x_block.right, (fused[key].x - 0.2, fused[key].left[1]))
-    text(ax, ((x_block.right[0] + fused["Q"].x) / 2 - 0.1, fused["Q"].y + h + 0.1),
-         "$XW_q,\\ XW_k,\\ XW_v$", va="bottom")
+    text(
+        ax, ((x_block.right[0] + fused["Q"].x) / 2 - 0.1, fused["Q"].y + h + 0.1), "$XW_q,\\ XW_k,\\ XW_v$", va="bottom"
+    )
     text(ax, (x_qkv, fused["V"].y - 0.08), "each $n \\times H d_\\mathrm{head}$", va="top")
     for head in range(1, num_heads + 1):  # column labels over Q: head 1, head 2, ...
         x_head = fused["Q"].x + (head - 0.5) * d_head * cell
         text(ax, (x_head, fused["Q"].y + h + 0.04), f"head {head}", va="bottom", size=7.5)
 
-    concat = matrix_block(ax, (x_cat, y_mid), n, d_model, role="output", label=None,
-                          shape="$n \\times H d_\\mathrm{head}$", cell=cell, shade=shade)
+    concat = matrix_block(
+        ax,
+        (x_cat, y_mid),
+        n,
+        d_model,
+        role="output",
+        label=None,
+        shape="$n \\times H d_\\mathrm{head}$",
+        cell=cell,
+        shade=shade,
+    )
     _divide(ax, concat, d_head, num_heads)
     text(ax, (x_cat, concat.y - 0.36), "$[O^1 | \\cdots | O^H]$", va="top", role="output")
     for head in range(1, num_heads + 1):
         y = y_mid + ((num_heads + 1) / 2 - head) * box_step
-        ax.add_patch(FancyBboxPatch((x_box - box_w / 2, y - box_h / 2), box_w, box_h,
-                                    boxstyle="round,pad=0,rounding_size=0.08", facecolor=light("weight", 0.8),
-                                    edgecolor=dark("weight"), linewidth=1.2, zorder=1))
+        ax.add_patch(
+            FancyBboxPatch(
+                (x_box - box_w / 2, y - box_h / 2),
+                box_w,
+                box_h,
+                boxstyle="round,pad=0,rounding_size=0.08",
+                facecolor=light("weight", 0.8),
+                edgecolor=dark("weight"),
+                linewidth=1.2,
+                zorder=1,
+            )
+        )
         text(ax, (x_box, y + 0.12), f"head {head}", role="weight", size=9.5)
         text(ax, (x_box, y - 0.13), f"Attention$(Q^{head}, K^{head}, V^{head})$", size=8.5)
         arrow(ax, (fused["K"].right[0] + 0.05, fused["K"].right[1]), (x_box - box_w / 2, y))
@@ -112,17 +142,32 @@ def draw_multi_head(n: int = 5, d_model: int = 8, num_heads: int = 2) -> Figure:
             arrow(ax, (x_box + box_w / 2, y), (x_slot, concat.y), bend=0.45 if abs(y - y_mid) < 1e-9 else 0.0)
         text(ax, (x_box + box_w / 2 + 0.12, y + 0.04), f"$O^{head}$", role="output", ha="left", va="bottom")
 
-    out = matrix_block(ax, (x_out, y_mid), n, d_model, role="output", label=None,
-                       shape="$n \\times d_\\mathrm{model}$", cell=cell)
+    out = matrix_block(
+        ax, (x_out, y_mid), n, d_model, role="output", label=None, shape="$n \\times d_\\mathrm{model}$", cell=cell
+    )
     text(ax, (x_out, out.y - 0.36), "output $= [O^1 | \\cdots | O^H]\\, W_o$", va="top", role="output")
-    wo = matrix_block(ax, (x_out, y_mid + h / 2 + 0.3 + w / 2), d_model, d_model, role="neutral",
-                      label="$W_o$", shape=None, cell=cell,
-                      shade=_head_shade(d_model, d_model, d_head, along="rows"))
+    wo = matrix_block(
+        ax,
+        (x_out, y_mid + h / 2 + 0.3 + w / 2),
+        d_model,
+        d_model,
+        role="neutral",
+        label="$W_o$",
+        shape=None,
+        cell=cell,
+        shade=_head_shade(d_model, d_model, d_head, along="rows"),
+    )
     _divide(ax, wo, d_head, num_heads, along="rows")
     for head in range(1, num_heads + 1):  # row labels of W_o: the block W_o^h meets head h
         y_head = wo.y + wo.height - (head - 0.5) * d_head * cell
         text(ax, (wo.x - 0.05, y_head), f"$W_o^{head}$", ha="right", size=8.5)
-    text(ax, (wo.right[0] + 0.06, wo.center[1]), "$H d_\\mathrm{head}$\n$\\times d_\\mathrm{model}$",
-         ha="left", size=8.5, role="neutral")
+    text(
+        ax,
+        (wo.right[0] + 0.06, wo.center[1]),
+        "$H d_\\mathrm{head}$\n$\\times d_\\mathrm{model}$",
+        ha="left",
+        size=8.5,
+        role="neutral",
+    )
     arrow(ax, concat.right, out.left)
     return fig

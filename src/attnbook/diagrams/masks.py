@@ -52,8 +52,10 @@ def draw_masks(
     """
     if masks is None:
         masks = default_masks(n, length)
-        rules = {**{title: rule + (f", $L = {length}$" if "L" in rule else "")
-                    for title, rule in _RULES.items()}, **(rules or {})}
+        rules = {
+            **{title: rule + (f", $L = {length}$" if "L" in rule else "") for title, rule in _RULES.items()},
+            **(rules or {}),
+        }
     rules = dict(rules or {})
     panels = [(title, _keep(mask)) for title, mask in masks.items()]
     if not panels:
@@ -65,19 +67,30 @@ def draw_masks(
     height = rows * cell + 1.75
     alt = "Score grids, one row per query i and one column per key j. " + " ".join(
         f"{title.capitalize()} mask: {int(mask.sum())} of {mask.size} scores kept, the other "
-        f"{int((~mask).sum())} hatched and set to minus infinity." for title, mask in panels)
+        f"{int((~mask).sum())} hatched and set to minus infinity."
+        for title, mask in panels
+    )
     fig, ax = new_diagram(width, height, alt=alt)
     x = left
     y_mid = 0.85 + rows * cell / 2
     for title, mask in panels:
         n_rows, n_cols = mask.shape
-        block = matrix_block(ax, (x + n_cols * cell / 2, y_mid), n_rows, n_cols, role="score",
-                             cell=cell, blocked=~mask, label=None)
+        block = matrix_block(
+            ax, (x + n_cols * cell / 2, y_mid), n_rows, n_cols, role="score", cell=cell, blocked=~mask, label=None
+        )
         for i in range(n_rows):
             for j in range(n_cols):
                 cx, cy = block.cell_center(i, j)
-                text(ax, (cx, cy), r"$-\infty$" if not mask[i, j] else (rf"$s_{{{i}{j}}}$" if max(mask.shape) <= 10 else rf"$s_{{{i},{j}}}$"),
-                     size=8, role="score" if mask[i, j] else None, zorder=3)
+                text(
+                    ax,
+                    (cx, cy),
+                    r"$-\infty$"
+                    if not mask[i, j]
+                    else (rf"$s_{{{i}{j}}}$" if max(mask.shape) <= 10 else rf"$s_{{{i},{j}}}$"),
+                    size=8,
+                    role="score" if mask[i, j] else None,
+                    zorder=3,
+                )
         for i in range(n_rows):
             text(ax, (block.x - 0.1, block.cell_center(i, 0)[1]), str(i), size=8, ha="right")
         for j in range(n_cols):

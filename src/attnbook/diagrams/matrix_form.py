@@ -117,8 +117,12 @@ def draw_matrix_form(
             spec.blocked = None if spec.blocked is None else spec.blocked.T
     xs = [s.x - s.cols * cell / 2 for s in specs] + [s.x + s.cols * cell / 2 for s in specs]
     ys = [s.y - s.rows * cell / 2 for s in specs] + [s.y + s.rows * cell / 2 for s in specs]
-    margin = {"left": 0.5, "right": 2.1 if column else 0.5, "bottom": 0.35 if column else 0.95,
-              "top": 0.75 if column else 0.4}
+    margin = {
+        "left": 0.5,
+        "right": 2.1 if column else 0.5,
+        "bottom": 0.35 if column else 0.95,
+        "top": 0.75 if column else 0.4,
+    }
     width = max(xs) - min(xs) + margin["left"] + margin["right"]
     height = max(ys) - min(ys) + margin["bottom"] + margin["top"]
     dx, dy = margin["left"] - min(xs), margin["bottom"] - min(ys)
@@ -126,12 +130,17 @@ def draw_matrix_form(
     names = NAMES[convention]
     plain = {key: _plain(shape) for key, (_, shape) in names.items()}
     axis = "column" if column else "row"
-    product = (f"K transposed ({plain['KT']}) times Q ({plain['Q']})" if column
-               else f"Q ({plain['Q']}) times K transposed ({plain['KT']})")
-    alt = (f"Attention in the {convention} convention drawn as matrix products, each matrix a grid of "
-           f"its shape: {product} gives the scores S ({plain['S']}); a softmax over each {axis} gives "
-           f"the weights A of the same shape; {'V times A' if column else 'A times V'} "
-           f"(V is {plain['V']}) gives the output O ({plain['O']}).")
+    product = (
+        f"K transposed ({plain['KT']}) times Q ({plain['Q']})"
+        if column
+        else f"Q ({plain['Q']}) times K transposed ({plain['KT']})"
+    )
+    alt = (
+        f"Attention in the {convention} convention drawn as matrix products, each matrix a grid of "
+        f"its shape: {product} gives the scores S ({plain['S']}); a softmax over each {axis} gives "
+        f"the weights A of the same shape; {'V times A' if column else 'A times V'} "
+        f"(V is {plain['V']}) gives the output O ({plain['O']})."
+    )
     if blocked is not None:
         alt += f" Hatched cells of S and A are blocked by a mask: {int(blocked.sum())} of {n * m} pairs."
     if highlight_query is not None:
@@ -141,19 +150,31 @@ def draw_matrix_form(
     for spec in specs:
         label, shape = names[spec.key]
         blocks[spec.key] = matrix_block(
-            ax, (spec.x + dx, spec.y + dy), spec.rows, spec.cols, role=spec.role, label=label,
-            shape=shape, cell=cell, blocked=spec.blocked, label_side=spec.side, shape_side=spec.side)
+            ax,
+            (spec.x + dx, spec.y + dy),
+            spec.rows,
+            spec.cols,
+            role=spec.role,
+            label=label,
+            shape=shape,
+            cell=cell,
+            blocked=spec.blocked,
+            label_side=spec.side,
+            shape_side=spec.side,
+        )
     s_block, a_block = blocks["S"], blocks["A"]
     if column:
         arrow(ax, s_block.bottom, a_block.top, label=None)
-        text(ax, (s_block.right[0] + 0.15, (s_block.y + a_block.y + a_block.height) / 2),
-             "softmax\nover each column", ha="left")
+        text(
+            ax,
+            (s_block.right[0] + 0.15, (s_block.y + a_block.y + a_block.height) / 2),
+            "softmax\nover each column",
+            ha="left",
+        )
     else:
         arrow(ax, s_block.right, a_block.left, label="softmax", label_offset=(0.0, 0.1))
-        text(ax, ((s_block.right[0] + a_block.left[0]) / 2, s_block.right[1] - 0.1), "over each row",
-             va="top")
-    title = ("column convention: tokens are columns" if column
-             else "row convention: tokens are rows")
+        text(ax, ((s_block.right[0] + a_block.left[0]) / 2, s_block.right[1] - 0.1), "over each row", va="top")
+    title = "column convention: tokens are columns" if column else "row convention: tokens are rows"
     text(ax, (0.3, height - 0.3), title, ha="left", va="top", style="italic")
     if highlight_query is not None:
         i = highlight_query

@@ -17,9 +17,18 @@ BOX = (0.5, 0.27)  # width and height of one vector's box
 
 def _box(ax, centre: tuple[float, float], label: str, role: str, width: float = BOX[0]) -> None:
     x, y = centre
-    ax.add_patch(FancyBboxPatch((x - width / 2, y - BOX[1] / 2), width, BOX[1],
-                                boxstyle="round,pad=0,rounding_size=0.04", facecolor=light(role, 0.72),
-                                edgecolor=dark(role), linewidth=1.0, zorder=2))
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - width / 2, y - BOX[1] / 2),
+            width,
+            BOX[1],
+            boxstyle="round,pad=0,rounding_size=0.04",
+            facecolor=light(role, 0.72),
+            edgecolor=dark(role),
+            linewidth=1.0,
+            zorder=2,
+        )
+    )
     text(ax, centre, label, size=9, zorder=3)
 
 
@@ -79,8 +88,13 @@ def draw_permutation(query_order: Sequence[int] = (2, 0, 1), pair_order: Sequenc
     x_q, x_aq, x_out = 0.55, 1.75, 3.35
     ys_q = [y_top - i * ROW_STEP - (rows - n) * ROW_STEP / 2 for i in range(n)]
     text(ax, (1.95, height - 0.2), "reorder the queries: the outputs follow", size=10, va="top")
-    text(ax, (1.95, height - 0.45), "$\\mathrm{Attention}(AQ, K, V) = A\\,\\mathrm{Attention}(Q, K, V)$", size=9,
-         va="top")
+    text(
+        ax,
+        (1.95, height - 0.45),
+        "$\\mathrm{Attention}(AQ, K, V) = A\\,\\mathrm{Attention}(Q, K, V)$",
+        size=9,
+        va="top",
+    )
     for i in range(n):
         _box(ax, (x_q, ys_q[i]), f"$q_{i}$", "query")
         _box(ax, (x_aq, ys_q[i]), f"$q_{queries[i]}$", "query")
@@ -91,16 +105,20 @@ def draw_permutation(query_order: Sequence[int] = (2, 0, 1), pair_order: Sequenc
     text(ax, (x_aq, ys_q[-1] - 0.3), "$AQ$", size=11, va="top", role="query")
     text(ax, (x_out, ys_q[-1] - 0.3), "$AO$", size=11, va="top", role="output")
     y_mid_q = (ys_q[0] + ys_q[-1]) / 2
-    arrow(ax, (x_aq + BOX[0] / 2 + 0.05, y_mid_q), (x_out - BOX[0] / 2 - 0.05, y_mid_q), label="attend to\n$K, V$",
-          label_offset=(0.0, 0.08))
+    arrow(
+        ax,
+        (x_aq + BOX[0] / 2 + 0.05, y_mid_q),
+        (x_out - BOX[0] / 2 - 0.05, y_mid_q),
+        label="attend to\n$K, V$",
+        label_offset=(0.0, 0.08),
+    )
 
     # right: the key-value pairs, B K and B V, and the one output that does not change
     pair_w = 2 * BOX[0]
     x_kv, x_bkv = 5.0, 7.2
     ys_k = [y_top - j * ROW_STEP - (rows - m) * ROW_STEP / 2 for j in range(m)]
     text(ax, (6.1, height - 0.2), "reorder the key–value pairs together: nothing changes", size=10, va="top")
-    text(ax, (6.1, height - 0.45), "$\\mathrm{Attention}(Q, BK, BV) = \\mathrm{Attention}(Q, K, V)$", size=9,
-         va="top")
+    text(ax, (6.1, height - 0.45), "$\\mathrm{Attention}(Q, BK, BV) = \\mathrm{Attention}(Q, K, V)$", size=9, va="top")
     for j in range(m):
         for x, index in ((x_kv, j), (x_bkv, pairs[j])):
             _box(ax, (x - BOX[0] / 2, ys_k[j]), f"$k_{index}$", "key")
@@ -114,6 +132,12 @@ def draw_permutation(query_order: Sequence[int] = (2, 0, 1), pair_order: Sequenc
     for x in (x_kv, x_bkv):
         _box(ax, (x, y_o), "$o$", "output")
     text(ax, ((x_kv + x_bkv) / 2, y_o), "$=$", size=12)
-    text(ax, ((x_kv + x_bkv) / 2, y_o - 0.22), "the output of a query, in either order", size=8.5, va="top",
-         role="output")
+    text(
+        ax,
+        ((x_kv + x_bkv) / 2, y_o - 0.22),
+        "the output of a query, in either order",
+        size=8.5,
+        va="top",
+        role="output",
+    )
     return fig

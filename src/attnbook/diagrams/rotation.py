@@ -52,8 +52,9 @@ def draw_rotation(d_model: int = 8, pair: int = 0, positions: int = 6, delta: in
     if isinstance(pair, bool) or not isinstance(pair, int) or not 0 <= pair < d_model // 2:
         raise ValueError(f"pair = {pair!r} is not a pair index of d_model = {d_model} (0 to {d_model // 2 - 1})")
     if isinstance(delta, bool) or not isinstance(delta, int) or not 1 <= delta <= positions - 1 - SHIFTED_FROM[1]:
-        raise ValueError(f"delta = {delta!r}: shifts from position {SHIFTED_FROM[1]} must stay below "
-                         f"positions = {positions}")
+        raise ValueError(
+            f"delta = {delta!r}: shifts from position {SHIFTED_FROM[1]} must stay below positions = {positions}"
+        )
     P = sinusoidal_encoding(positions, d_model, dtype=torch.float64).numpy()  # (positions, d_model)
     omega = float(sinusoid_frequencies(d_model, dtype=torch.float64)[pair])
     R = pair_rotation(delta, omega).to(torch.float64).numpy()  # (2, 2)
@@ -67,15 +68,38 @@ def draw_rotation(d_model: int = 8, pair: int = 0, positions: int = 6, delta: in
     cy = height - 0.55 - radius - 0.2
     fig, ax = new_diagram(width, height, alt=_alt(d_model, pair, positions, delta, omega))
 
-    grid = matrix_block(ax, (x_grid, cy), positions, d_model, role="neutral", label="$P$",
-                        shape=f"{positions} positions $\\times$ {d_model} dimensions", cell=cell,
-                        shade=(P + 1) / 2)
+    grid = matrix_block(
+        ax,
+        (x_grid, cy),
+        positions,
+        d_model,
+        role="neutral",
+        label="$P$",
+        shape=f"{positions} positions $\\times$ {d_model} dimensions",
+        cell=cell,
+        shade=(P + 1) / 2,
+    )
     x_pair = grid.x + (2 * pair + 1) * cell  # centre of the pair's two columns
-    matrix_block(ax, (x_pair, cy), positions, 2, role="weight", cell=cell, shade=(P[:, 2 * pair:2 * pair + 2] + 1) / 2,
-                 label=None, shape=None)
+    matrix_block(
+        ax,
+        (x_pair, cy),
+        positions,
+        2,
+        role="weight",
+        cell=cell,
+        shade=(P[:, 2 * pair : 2 * pair + 2] + 1) / 2,
+        label=None,
+        shape=None,
+    )
     highlight(ax, grid, cols=(2 * pair, 2 * pair + 2))
-    text(ax, (x_grid, grid.y - 0.35), f"framed: pair $j = {pair}$, columns {2 * pair} and {2 * pair + 1}",
-         size=8.5, va="top", role="weight")
+    text(
+        ax,
+        (x_grid, grid.y - 0.35),
+        f"framed: pair $j = {pair}$, columns {2 * pair} and {2 * pair + 1}",
+        size=8.5,
+        va="top",
+        role="weight",
+    )
     for i in range(positions):
         text(ax, (grid.x - 0.08, grid.cell_center(i, 0)[1]), f"{i}", ha="right", size=8)
     text(ax, (grid.x - 0.35, cy), "$i$", ha="right", size=10)
@@ -96,25 +120,47 @@ def draw_rotation(d_model: int = 8, pair: int = 0, positions: int = 6, delta: in
         x, y = point(i)
         ax.plot([x], [y], "o", color=dark("neutral"), markersize=6, zorder=5)
         angle = math.atan2(y - cy, x - cx)
-        text(ax, (cx + (radius + 0.2) * math.cos(angle), cy + (radius + 0.2) * math.sin(angle)), f"{i}",
-             size=9)
+        text(ax, (cx + (radius + 0.2) * math.cos(angle), cy + (radius + 0.2) * math.sin(angle)), f"{i}", size=9)
     for start in SHIFTED_FROM:
         # the image of p_start under R, drawn from the matrix, lands on the point of start + delta
         s_new, c_new = R @ np.array([P[start, 2 * pair], P[start, 2 * pair + 1]])
         inner = 0.78
-        ax.add_patch(FancyArrowPatch(
-            (cx + inner * radius * P[start, 2 * pair + 1], cy + inner * radius * P[start, 2 * pair]),
-            (cx + inner * radius * c_new, cy + inner * radius * s_new),
-            connectionstyle=f"arc3,rad={ARC_SIGN * math.tan(delta * omega / 4):.4f}",
-            arrowstyle="-|>", mutation_scale=11, color=dark("weight", 0.1), linewidth=1.4, zorder=4))
+        ax.add_patch(
+            FancyArrowPatch(
+                (cx + inner * radius * P[start, 2 * pair + 1], cy + inner * radius * P[start, 2 * pair]),
+                (cx + inner * radius * c_new, cy + inner * radius * s_new),
+                connectionstyle=f"arc3,rad={ARC_SIGN * math.tan(delta * omega / 4):.4f}",
+                arrowstyle="-|>",
+                mutation_scale=11,
+                color=dark("weight", 0.1),
+                linewidth=1.4,
+                zorder=4,
+            )
+        )
         for i in (start, start + delta):
             x, y = point(i)
             ax.plot([cx, x], [cy, y], color=light("weight", 0.4), linewidth=0.8, zorder=3)
-    text(ax, (cx, cy - radius - 0.45), f"from $i$ to $i + \\delta$: a turn by $\\delta\\omega_{pair}$ = "
-         f"{delta * omega:.2f} rad", size=9, role="weight", va="top")
+    text(
+        ax,
+        (cx, cy - radius - 0.45),
+        f"from $i$ to $i + \\delta$: a turn by $\\delta\\omega_{pair}$ = {delta * omega:.2f} rad",
+        size=9,
+        role="weight",
+        va="top",
+    )
 
     x_r = cx + radius + 0.75
-    matrix_block(ax, (x_r, cy - radius + 0.2), 2, 2, role="weight", label=f"$R(\\delta\\omega_{pair})$",
-                 shape=f"$\\delta = {delta}$", cell=0.42, values=R, fmt="{:+.2f}")
+    matrix_block(
+        ax,
+        (x_r, cy - radius + 0.2),
+        2,
+        2,
+        role="weight",
+        label=f"$R(\\delta\\omega_{pair})$",
+        shape=f"$\\delta = {delta}$",
+        cell=0.42,
+        values=R,
+        fmt="{:+.2f}",
+    )
     text(ax, (x_r, cy - radius - 0.55), "same for every $i$", size=8.5, va="top")
     return fig

@@ -55,8 +55,10 @@ def draw_single_query(
     k = _numbers(EXAMPLE_KEYS if keys is None else keys)
     v = _numbers(EXAMPLE_VALUES if values is None else values)
     if q.ndim != 1 or k.ndim != 2 or v.ndim != 2 or k.shape[1] != q.shape[0] or v.shape[0] != k.shape[0]:
-        raise ValueError(f"expected query (d_k,), keys (T, d_k), values (T, d_v); got query {q.shape}, "
-                         f"keys {k.shape}, values {v.shape}")
+        raise ValueError(
+            f"expected query (d_k,), keys (T, d_k), values (T, d_v); got query {q.shape}, "
+            f"keys {k.shape}, values {v.shape}"
+        )
     T, d_k, d_v = k.shape[0], q.shape[0], v.shape[1]
     if tokens is not None and len(tokens) != T:
         raise ValueError(f"got {len(tokens)} token names for {T} keys")
@@ -72,31 +74,65 @@ def draw_single_query(
     y_key = y_score + 1.1 + d_k * cell / 2
     height = y_key + d_k * cell / 2 + (0.95 if tokens else 0.65)
     width = x0 + (T - 1) * dx + 3.1
-    alt = (f"Single-query attention with {T} key-value pairs. The query q{' ' + _vector_text(q) if numbers else ''} "
-           f"is compared with each key k_1 to k_{T} by a scaled dot product, giving the scores"
-           f"{' ' + _vector_text(s) if numbers else ''}; a softmax turns them into weights"
-           f"{' ' + _vector_text(a, THREE) if numbers else ''} that sum to 1; the output o is the sum of the "
-           f"values v_1 to v_{T}, each multiplied by its weight{': o = ' + _vector_text(o, THREE) if numbers else ''}.")
+    alt = (
+        f"Single-query attention with {T} key-value pairs. The query q{' ' + _vector_text(q) if numbers else ''} "
+        f"is compared with each key k_1 to k_{T} by a scaled dot product, giving the scores"
+        f"{' ' + _vector_text(s) if numbers else ''}; a softmax turns them into weights"
+        f"{' ' + _vector_text(a, THREE) if numbers else ''} that sum to 1; the output o is the sum of the "
+        f"values v_1 to v_{T}, each multiplied by its weight{': o = ' + _vector_text(o, THREE) if numbers else ''}."
+    )
     fig, ax = new_diagram(width, height, alt=alt)
 
     def fill(x):
         return x if numbers else None
 
     xs = [x0 + t * dx for t in range(T)]
-    q_block = matrix_block(ax, (0.75, y_key), d_k, 1, role="query", label="$q$", cell=cell,
-                           values=fill(q[:, None]), fmt=_fmt(q), shape_side=None)
+    q_block = matrix_block(
+        ax,
+        (0.75, y_key),
+        d_k,
+        1,
+        role="query",
+        label="$q$",
+        cell=cell,
+        values=fill(q[:, None]),
+        fmt=_fmt(q),
+        shape_side=None,
+    )
     key_blocks, score_blocks, value_blocks = [], [], []
     for t, x in enumerate(xs):
-        kb = matrix_block(ax, (x, y_key), d_k, 1, role="key", label=f"$k_{t + 1}$", cell=cell,
-                          values=fill(k[t][:, None]), fmt=_fmt(k))
+        kb = matrix_block(
+            ax, (x, y_key), d_k, 1, role="key", label=f"$k_{t + 1}$", cell=cell, values=fill(k[t][:, None]), fmt=_fmt(k)
+        )
         if tokens:
             text(ax, (x, kb.y + kb.height + 0.42), tokens[t], style="italic", va="bottom")
-        sb = matrix_block(ax, (x, y_score), 1, 1, role="score", cell=cell, values=fill([[s[t]]]),
-                          fmt=_fmt(s), label_side=None)
-        wb = matrix_block(ax, (x, y_weight), 1, 1, role="weight", cell=cell, values=fill([[a[t]]]),
-                          fmt="{:.3f}", shade=[[a[t]]], label_side=None)
-        vb = matrix_block(ax, (x, y_value), d_v, 1, role="value", label=f"$v_{t + 1}$", cell=cell,
-                          values=fill(v[t][:, None]), fmt=_fmt(v), label_side="left")
+        sb = matrix_block(
+            ax, (x, y_score), 1, 1, role="score", cell=cell, values=fill([[s[t]]]), fmt=_fmt(s), label_side=None
+        )
+        wb = matrix_block(
+            ax,
+            (x, y_weight),
+            1,
+            1,
+            role="weight",
+            cell=cell,
+            values=fill([[a[t]]]),
+            fmt="{:.3f}",
+            shade=[[a[t]]],
+            label_side=None,
+        )
+        vb = matrix_block(
+            ax,
+            (x, y_value),
+            d_v,
+            1,
+            role="value",
+            label=f"$v_{t + 1}$",
+            cell=cell,
+            values=fill(v[t][:, None]),
+            fmt=_fmt(v),
+            label_side="left",
+        )
         arrow(ax, sb.bottom, wb.top, role="score")
         text(ax, (x + 0.02, (wb.y + vb.y + vb.height) / 2), "×", size=12)
         key_blocks.append(kb)
@@ -121,7 +157,17 @@ def draw_single_query(
     bracket_label(ax, (xs[0] - 0.3, y_bus), (xs[-1] + 0.3, y_bus), f"weighted sum  ${total}$", side="bottom")
     for vb in value_blocks:
         ax.plot([vb.bottom[0]] * 2, [vb.bottom[1] - 0.05, y_bus], color="#555555", lw=0.9)
-    o_block = matrix_block(ax, (xs[-1] + 1.9, y_value), d_v, 1, role="output", label="$o$", cell=cell,
-                           values=fill(o[:, None]), fmt="{:.3f}", label_side="top")
+    o_block = matrix_block(
+        ax,
+        (xs[-1] + 1.9, y_value),
+        d_v,
+        1,
+        role="output",
+        label="$o$",
+        cell=cell,
+        values=fill(o[:, None]),
+        fmt="{:.3f}",
+        label_side="top",
+    )
     arrow(ax, (xs[-1] + 0.3, y_bus), o_block.bottom, role="output", bend=0.25)
     return fig

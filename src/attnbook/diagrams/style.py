@@ -142,9 +142,15 @@ def new_diagram(width: float, height: float, *, alt: str) -> tuple[Figure, plt.A
     pad = 0.04
     ax.add_patch(
         FancyBboxPatch(
-            (pad, pad), width - 2 * pad, height - 2 * pad,
+            (pad, pad),
+            width - 2 * pad,
+            height - 2 * pad,
             boxstyle="round,pad=0,rounding_size=0.15",
-            facecolor=PANEL, edgecolor=PANEL_EDGE, linewidth=1.0, zorder=-10, gid="panel",
+            facecolor=PANEL,
+            edgecolor=PANEL_EDGE,
+            linewidth=1.0,
+            zorder=-10,
+            gid="panel",
         )
     )
     set_alt_text(fig, alt)
@@ -165,22 +171,47 @@ def alt_text(fig: Figure) -> str:
     return text
 
 
-def text(ax, xy: tuple[float, float], s: str, *, role: str | None = None, size: float = NOTE_SIZE,
-         ha: str = "center", va: str = "center", **kwargs):
+def text(
+    ax,
+    xy: tuple[float, float],
+    s: str,
+    *,
+    role: str | None = None,
+    size: float = NOTE_SIZE,
+    ha: str = "center",
+    va: str = "center",
+    **kwargs,
+):
     """Write ``s`` at ``xy`` in ink (or in the dark shade of ``role``); return the Text."""
-    return ax.text(*xy, s, color=INK if role is None else dark(role), fontsize=size,
-                   ha=ha, va=va, **kwargs)
+    return ax.text(*xy, s, color=INK if role is None else dark(role), fontsize=size, ha=ha, va=va, **kwargs)
 
 
-def arrow(ax, start: tuple[float, float], end: tuple[float, float], *, label: str | None = None,
-          role: str | None = None, bend: float = 0.0, label_offset: tuple[float, float] = (0.0, 0.14),
-          gap: float = 0.06, linestyle: str = "-"):
+def arrow(
+    ax,
+    start: tuple[float, float],
+    end: tuple[float, float],
+    *,
+    label: str | None = None,
+    role: str | None = None,
+    bend: float = 0.0,
+    label_offset: tuple[float, float] = (0.0, 0.14),
+    gap: float = 0.06,
+    linestyle: str = "-",
+):
     """An arrow from ``start`` to ``end`` (inches), optionally bent and labelled at its middle."""
     line = INK if role is None else dark(role, 0.15)
     shift = gap * 72  # points
     patch = FancyArrowPatch(
-        start, end, arrowstyle="-|>", mutation_scale=12, color=line, linewidth=1.3,
-        connectionstyle=f"arc3,rad={bend}", shrinkA=shift, shrinkB=shift, linestyle=linestyle,
+        start,
+        end,
+        arrowstyle="-|>",
+        mutation_scale=12,
+        color=line,
+        linewidth=1.3,
+        connectionstyle=f"arc3,rad={bend}",
+        shrinkA=shift,
+        shrinkB=shift,
+        linestyle=linestyle,
         zorder=3,
     )
     ax.add_patch(patch)
@@ -236,13 +267,32 @@ def matrix_block(
                     np.array(mcolors.to_rgb(light(role, 0.92))) * (1 - shade_arr[r, c])
                     + np.array(mcolors.to_rgb(color(role))) * shade_arr[r, c]
                 )
-            ax.add_patch(Rectangle((cx - cell / 2, cy - cell / 2), cell, cell, facecolor=face,
-                                   edgecolor="white", linewidth=0.8, hatch=hatch, zorder=1))
+            ax.add_patch(
+                Rectangle(
+                    (cx - cell / 2, cy - cell / 2),
+                    cell,
+                    cell,
+                    facecolor=face,
+                    edgecolor="white",
+                    linewidth=0.8,
+                    hatch=hatch,
+                    zorder=1,
+                )
+            )
             if values_arr is not None and not (blocked_arr is not None and blocked_arr[r, c]):
-                text(ax, (cx, cy), fmt.format(values_arr[r, c]), size=min(NOTE_SIZE, 26 * cell),
-                     zorder=2)
-    ax.add_patch(Rectangle((x0, y0), width, height, facecolor="none", edgecolor=dark(role),
-                           linewidth=1.4, zorder=2, gid=f"block:{label or role}"))
+                text(ax, (cx, cy), fmt.format(values_arr[r, c]), size=min(NOTE_SIZE, 26 * cell), zorder=2)
+    ax.add_patch(
+        Rectangle(
+            (x0, y0),
+            width,
+            height,
+            facecolor="none",
+            edgecolor=dark(role),
+            linewidth=1.4,
+            zorder=2,
+            gid=f"block:{label or role}",
+        )
+    )
     offset = 0.08
     anchors = {
         "top": ((x0 + width / 2, y0 + height + offset), "center", "bottom"),
@@ -254,8 +304,10 @@ def matrix_block(
         if side is not None and side not in anchors:
             raise ValueError(f"side must be one of {sorted(anchors)} or None, got {side!r}")
     stacked = bool(label and shape and label_side == shape_side)
-    for content, side, size, outer in ((label, label_side, LABEL_SIZE, False),
-                                       (shape, shape_side, SHAPE_SIZE, stacked)):
+    for content, side, size, outer in (
+        (label, label_side, LABEL_SIZE, False),
+        (shape, shape_side, SHAPE_SIZE, stacked),
+    ):
         if content and side:
             (px, py), ha, va = anchors[side]
             if outer and side in ("top", "bottom"):  # the shape goes beyond the label
@@ -266,8 +318,9 @@ def matrix_block(
     return block
 
 
-def highlight(ax, block: Block, *, rows: tuple[int, int] | None = None,
-              cols: tuple[int, int] | None = None, pad: float = 0.04):
+def highlight(
+    ax, block: Block, *, rows: tuple[int, int] | None = None, cols: tuple[int, int] | None = None, pad: float = 0.04
+):
     """Outline rows ``rows[0]`` to ``rows[1] - 1`` (or columns) of ``block`` with a dashed frame."""
     r0, r1 = rows if rows is not None else (0, block.rows)
     c0, c1 = cols if cols is not None else (0, block.cols)
@@ -275,33 +328,46 @@ def highlight(ax, block: Block, *, rows: tuple[int, int] | None = None,
         raise ValueError(f"rows {rows} / cols {cols} outside a block of {block.rows} x {block.cols}")
     x = block.x + c0 * block.cell - pad
     y = block.y + block.height - r1 * block.cell - pad
-    frame = Rectangle((x, y), (c1 - c0) * block.cell + 2 * pad, (r1 - r0) * block.cell + 2 * pad,
-                      facecolor="none", edgecolor=INK, linewidth=1.3, linestyle=(0, (3, 2)), zorder=4)
+    frame = Rectangle(
+        (x, y),
+        (c1 - c0) * block.cell + 2 * pad,
+        (r1 - r0) * block.cell + 2 * pad,
+        facecolor="none",
+        edgecolor=INK,
+        linewidth=1.3,
+        linestyle=(0, (3, 2)),
+        zorder=4,
+    )
     ax.add_patch(frame)
     return frame
 
 
-def bracket_label(ax, start: tuple[float, float], end: tuple[float, float], s: str, *,
-                  side: str = "left", role: str | None = None):
+def bracket_label(
+    ax, start: tuple[float, float], end: tuple[float, float], s: str, *, side: str = "left", role: str | None = None
+):
     """A thin bracket along the segment ``start``–``end`` with ``s`` beside it (rows or columns)."""
     line = INK if role is None else dark(role)
     ax.plot([start[0], end[0]], [start[1], end[1]], color=line, linewidth=0.9)
     mid = ((start[0] + end[0]) / 2, (start[1] + end[1]) / 2)
     d = 0.08
-    pos = {"left": (mid[0] - d, mid[1]), "right": (mid[0] + d, mid[1]),
-           "top": (mid[0], mid[1] + d), "bottom": (mid[0], mid[1] - d)}[side]
+    pos = {
+        "left": (mid[0] - d, mid[1]),
+        "right": (mid[0] + d, mid[1]),
+        "top": (mid[0], mid[1] + d),
+        "bottom": (mid[0], mid[1] - d),
+    }[side]
     ha = {"left": "right", "right": "left"}.get(side, "center")
     va = {"top": "bottom", "bottom": "top"}.get(side, "center")
     return text(ax, pos, s, role=role, size=NOTE_SIZE, ha=ha, va=va)
 
 
-def legend(ax, xy: tuple[float, float], roles: Sequence[str], *, labels: dict[str, str] | None = None,
-           step: float = 1.0):
+def legend(
+    ax, xy: tuple[float, float], roles: Sequence[str], *, labels: dict[str, str] | None = None, step: float = 1.0
+):
     """A one-line key of coloured squares and role names starting at ``xy``."""
     x, y = xy
     for role in roles:
-        ax.add_patch(Rectangle((x, y - 0.07), 0.14, 0.14, facecolor=light(role),
-                               edgecolor=dark(role), linewidth=1.0))
+        ax.add_patch(Rectangle((x, y - 0.07), 0.14, 0.14, facecolor=light(role), edgecolor=dark(role), linewidth=1.0))
         text(ax, (x + 0.2, y), (labels or {}).get(role, role), role=role, ha="left")
         x += step
 
@@ -313,13 +379,31 @@ def labels_in(fig: Figure) -> list[str]:
 
 def blocks_in(fig: Figure) -> list[str]:
     """The labels of the matrix blocks drawn in ``fig`` (for tests)."""
-    return [p.get_gid()[len("block:"):] for p in fig.findobj(Rectangle)
-            if (p.get_gid() or "").startswith("block:")]
+    return [p.get_gid()[len("block:") :] for p in fig.findobj(Rectangle) if (p.get_gid() or "").startswith("block:")]
 
 
 __all__ = [
-    "ALT_ATTRIBUTE", "Block", "COLORS", "INK", "LABEL_SIZE", "NOTE_SIZE", "PANEL", "PANEL_EDGE",
-    "SHAPE_SIZE", "alt_text", "arrow", "blocks_in", "bracket_label", "color", "dark", "highlight",
+    "ALT_ATTRIBUTE",
+    "Block",
+    "COLORS",
+    "INK",
+    "LABEL_SIZE",
+    "NOTE_SIZE",
+    "PANEL",
+    "PANEL_EDGE",
+    "SHAPE_SIZE",
+    "alt_text",
+    "arrow",
+    "blocks_in",
+    "bracket_label",
+    "color",
+    "dark",
+    "highlight",
     "labels_in",
-    "legend", "light", "matrix_block", "new_diagram", "set_alt_text", "text",
+    "legend",
+    "light",
+    "matrix_block",
+    "new_diagram",
+    "set_alt_text",
+    "text",
 ]
