@@ -164,20 +164,21 @@ def sum_over_heads(heads_out: torch.Tensor, W_o: torch.Tensor, b_o: torch.Tensor
 def mha_parameter_count(embed_dim: int, *, kdim: int | None = None, vdim: int | None = None, bias: bool = True) -> int:
     r"""Number of parameters of :class:`MultiHeadAttention` (chapter 3).
 
-    .. math:: d_\text{model}(d_\text{model} + d_k + d_v) + d_\text{model}^2
+    .. math:: d_\text{model}(d_\text{model} + d_{z,k} + d_{z,v}) + d_\text{model}^2
               + [\text{bias}]\, 4 d_\text{model}
 
-    with :math:`d_k` = ``kdim`` and :math:`d_v` = ``vdim`` (both ``embed_dim`` by default). It does
+    with :math:`d_{z,k}` = ``kdim`` and :math:`d_{z,v}` = ``vdim``, the widths of the tokens keys and
+    values are computed from (both ``embed_dim`` by default). It does
     not depend on the number of heads: more heads means narrower heads.
     """
     check_sizes(embed_dim=embed_dim, kdim=kdim, vdim=vdim)
     d = embed_dim
-    d_k = d if kdim is None else kdim
-    d_v = d if vdim is None else vdim
-    return d * (d + d_k + d_v) + d * d + (4 * d if bias else 0)
+    d_zk = d if kdim is None else kdim
+    d_zv = d if vdim is None else vdim
+    return d * (d + d_zk + d_zv) + d * d + (4 * d if bias else 0)
 
 
-# FLOPs = 2 batch [n d_model^2 + m kdim d_model + m vdim d_model + 2 n m d_model + n d_model^2]
+# FLOPs = 2 batch [n d_model^2 + m d_zk d_model + m d_zv d_model + 2 n m d_model + n d_model^2]
 def mha_flops(
     n: int, m: int, embed_dim: int, *, kdim: int | None = None, vdim: int | None = None, batch: int = 1
 ) -> int:
@@ -188,7 +189,7 @@ def mha_flops(
     Q K^T and the weighted sum A V (heads of them, each n * m * d_head, so n * m * d_model in all),
     and the output projection:
 
-    .. math:: 2B\,\bigl(n d_\text{model}^2 + m d_k d_\text{model} + m d_v d_\text{model}
+    .. math:: 2B\,\bigl(n d_\text{model}^2 + m d_{z,k} d_\text{model} + m d_{z,v} d_\text{model}
               + 2 n m d_\text{model} + n d_\text{model}^2\bigr)
 
     Like the parameter count it does not depend on the number of heads. The softmax, the mask and
@@ -196,9 +197,9 @@ def mha_flops(
     """
     check_sizes(n=n, m=m, embed_dim=embed_dim, kdim=kdim, vdim=vdim, batch=batch)
     d = embed_dim
-    d_k = d if kdim is None else kdim
-    d_v = d if vdim is None else vdim
-    return 2 * batch * (n * d * d + m * d_k * d + m * d_v * d + 2 * n * m * d + n * d * d)
+    d_zk = d if kdim is None else kdim
+    d_zv = d if vdim is None else vdim
+    return 2 * batch * (n * d * d + m * d_zk * d + m * d_zv * d + 2 * n * m * d + n * d * d)
 
 
 class MultiHeadAttention(nn.Module):
