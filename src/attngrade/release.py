@@ -277,14 +277,29 @@ def collect_secrets(homeworks: list[Homework], root: Path | None = None) -> Secr
             strings: list[str] = []
             _json_strings(student, strings)
             seen |= {line for text in strings for line in _code_lines(text)}
-        path = hw.folder / "mutants.py"
-        if path.exists():
-            mutants |= {s for s in _code_lines(path.read_text(encoding="utf-8")) if _meaningful(s, 20)}
+        mutants |= {s for s in _mutant_code(hw) for s in _code_lines(s) if _meaningful(s, 20)}
     secrets.solution_lines = solution - prompts - public
     secrets.hidden_lines = hidden - seen - public
     secrets.mutant_lines = mutants - seen - public - solution - hidden
     secrets.shared_with_public = len((solution - prompts) & public) + len((hidden | mutants) & public - seen)
     return secrets
+
+
+def _mutant_code(hw) -> list[str]:
+    """The wrong code of a homework's mutants: each one-line edit's replacement ``(question, old, new)``,
+    or each replaced definition ``(question, {function: source})``, and the file's own text."""
+    import runpy
+
+    path = hw.folder / "mutants.py"
+    if not path.exists():
+        return []
+    code = [path.read_text(encoding="utf-8")]
+    for mutant in runpy.run_path(str(path)).get("MUTANTS", {}).values():
+        if len(mutant) == 3:
+            code.append(str(mutant[2]))
+        else:
+            code += [str(source) for source in mutant[1].values()]
+    return code
 
 
 # --------------------------------------------------------------------------------------------
