@@ -414,3 +414,20 @@ def test_the_environment_variable_applies(no_list: Path, monkeypatch) -> None:
     with pytest.raises(CheckFailure, match="scaled_dot_product_attention"):
         call(_helper_with_fused_attention, "masked_attention", (Q, K, V))
     call(cheat, "masked_attention", (Q, K, V))  # attnbook is not on this list
+
+
+def test_a_function_inside_a_module_that_a_package_attribute_shadows_resolves():
+    """``attnbook.online_softmax`` is the function; the module of that name holds ``online_normalizer``,
+    which homework 8 forbids: the sandbox's stubs and the guard must find it."""
+    import sys
+
+    import attnbook
+    from attngrade.integrity import resolve_reference
+
+    module = sys.modules["attnbook.online_softmax"]
+    assert resolve_reference("attnbook.online_softmax") is attnbook.online_softmax
+    assert resolve_reference("attnbook.online_softmax.online_normalizer") is module.online_normalizer
+    assert (
+        resolve_reference("attnbook.tiled_attention.attention_tiles")
+        is sys.modules["attnbook.tiled_attention"].attention_tiles
+    )

@@ -146,9 +146,19 @@ def resolve_reference(dotted: str) -> Any:
     parts = dotted.split(".")
     obj = importlib.import_module(parts[0])
     for i, part in enumerate(parts[1:], start=1):
-        try:
+        if hasattr(obj, part):
             obj = getattr(obj, part)
-        except AttributeError:
+            continue
+        # ``attnbook.online_softmax.online_normalizer``: the package attribute ``online_softmax`` is
+        # a function that shadows its module; the name is then looked up in the module itself
+        prefix = ".".join(parts[:i])
+        module = sys.modules.get(prefix)
+        if module is None:
+            with contextlib.suppress(ImportError):
+                module = importlib.import_module(prefix)
+        if module is not None and hasattr(module, part):
+            obj = getattr(module, part)
+        else:
             obj = importlib.import_module(".".join(parts[: i + 1]))
     return obj
 
