@@ -233,3 +233,13 @@ def test_lower_precision_is_diagnosed():
     assert "bfloat16 or float16" in _failure(
         lambda S: torch.softmax(S.bfloat16(), -1).float(), "f", (S32,), torch.softmax(S32, -1)
     )
+
+
+def test_describe_names_dict_values_by_dtype_and_shape():
+    """Homework 7 passes weights as dicts: the feedback describes them, not their numbers."""
+    import torch
+
+    from attngrade.checks import describe
+
+    weights = {"W_q": torch.zeros(6, 6, dtype=torch.float64), "b_q": torch.zeros(6)}
+    assert describe(weights) == "{W_q: tensor float64 (6, 6), b_q: tensor float32 (6,)}"

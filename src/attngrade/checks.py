@@ -89,6 +89,8 @@ def describe(value: Any) -> str:
     if isinstance(value, (list, tuple)) and len(value) <= 8:
         inner = ", ".join(describe(v) for v in value)
         return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    if isinstance(value, dict) and len(value) <= 12:
+        return "{" + ", ".join(f"{k}: {describe(v)}" for k, v in value.items()) + "}"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
