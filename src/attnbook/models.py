@@ -1,0 +1,890 @@
+r"""Small attention models built from the course's own pieces (chapter 7).
+
+Every model here is a few lines on top of :class:`attnbook.MultiHeadAttention`,
+:func:`attnbook.sinusoidal_encoding`, :func:`attnbook.causal_mask`, the scoring functions of
+chapter 4 and :class:`attnbook.KVCache`. They are meant to be read and trained on a laptop CPU in
+seconds, not to be fast. Row convention, batch first: token ids (batch, n), hidden states
+(batch, n, d_model), attention weights (batch, heads, n, m).
+
+* :class:`FeedForward`: the position-wise MLP.
+* :class:`ScoredAttention`: multi-head attention with the additive (Bahdanau) or the general
+  (Luong) score instead of the scaled dot product (chapter 4).
+* :class:`EncoderBlock`: self-attention and an MLP with residual connections, pre- or post-norm;
+  ``causal=True`` makes it a decoder-only (GPT-style) block.
+* :class:`AttentionOnlyBlock`: the same without the MLP.
+* :class:`DecoderBlock`: causal self-attention, cross-attention to an encoder, an MLP.
+* :class:`SequenceModel`: embedding, optional sinusoidal positions, blocks, output head.
+* :class:`EncoderDecoder`: an encoder and a decoder joined by cross-attention.
+
+Blocks return ``(output, weights)`` like :class:`attnbook.MultiHeadAttention` (the decoder block
+``(output, self_weights, cross_weights)``); the models return ``(logits, weights)`` where the
+weights, when asked for with ``need_weights=True``, are one (batch, heads, n, m) tensor per layer.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+from .attention import apply_mask
+from .kv_cache import KVCache
+from .masks import causal_mask
+from .multi_head_attention import MultiHeadAttention, concat_then_project, project_heads
+from .positional_encoding import sinusoidal_encoding
+from .scoring import additive_scores, general_scores
+from .softmax import softmax
+from .validators import check_divisible, check_mask, check_one_of, check_shapes, check_sizes, check_type, skip_checks
+
+SCORES = ("dot", "additive", "general")
+NORMS = ("pre", "post", None)
+_INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def _check_tokens(name: str, tokens: object, vocab_size: int, max_len: int) -> None:
+    """Token ids: an integer tensor (batch, n) with 0 <= id < vocab_size and n <= max_len."""
+    check_shapes(**{name: (tokens, "(batch, n)", "any")})
+    if tokens.dtype not in _INTEGER_DTYPES:
+        raise TypeError(
+            f"{name} must hold integer token ids, got dtype {tokens.dtype} with shape {tuple(tokens.shape)}"
+        )
+    if tokens.shape[1] > max_len:
+        raise ValueError(f"{name} has n = {tokens.shape[1]} tokens but the model was built for max_len = {max_len}")
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise ValueError(
+            f"{name} must hold ids in [0, {vocab_size}), got values from {int(tokens.min())} to {int(tokens.max())}"
+        )
+
+
+def _check_states(name: str, x: object, d_model: int, parameter: torch.Tensor) -> None:
+    """Hidden states (batch, n, d_model) in the dtype and on the device of the block's parameters."""
+    check_shapes(**{name: (x, "(batch, n, d_model)"), "parameters": (parameter, "(d_model, d_model)")}, d_model=d_model)
+
+
+def _check_heads_mask(mask, batch: int, heads: int, n: int, m: int, like: torch.Tensor) -> torch.Tensor | None:
+    """A mask read by its number of dimensions, as :class:`attnbook.MultiHeadAttention` reads it:
+    (n, m), (batch, n, m) or (batch, heads, n, m); returned with 4 dimensions (or None)."""
+    if mask is None:
+        return None
+    layouts = {"(n, m)": (n, m), "(batch, n, m)": (batch, n, m), "(batch, heads, n, m)": (batch, heads, n, m)}
+    mask = check_mask(mask, layouts, like.dtype, like.device)
+    if mask.ndim == 2:
+        return mask[None, None]  # (1, 1, n, m)
+    return mask.unsqueeze(1) if mask.ndim == 3 else mask  # (batch, 1, n, m): the same for every head
+
+
+def _check_source_mask(source_mask, source: torch.Tensor) -> torch.Tensor | None:
+    """A padding mask (batch, m) of the source, True = real token, as a mask (batch, 1, m) for
+    every query."""
+    if source_mask is None:
+        return None
+    check_shapes(source=(source, "(batch, m)", "any"), source_mask=(source_mask, "(batch, m)", "bool"))
+    return source_mask[:, None, :]  # (batch, 1, m)
+
+
+def _layer_norm(d_model: int, norm: str | None, factory: dict) -> nn.Module:
+    return nn.Identity() if norm is None else nn.LayerNorm(d_model, **factory)
+
+
+# FFN(x) = W_2 relu(W_1 x + b_1) + b_2, applied to every token (row) separately
+class FeedForward(nn.Module):
+    r"""The position-wise feed-forward network of a transformer block (chapter 7).
+
+    .. math:: \operatorname{FFN}(x) = W_2 \max(0, W_1 x + b_1) + b_2
+
+    It acts on each row (token) separately, so it commutes with reordering the tokens (chapter 6).
+    Input and output (..., n, d_model); hidden width ``d_ff``.
+    """
+
+    def __init__(self, d_model: int, d_ff: int, *, device=None, dtype=None) -> None:
+        super().__init__()
+        check_sizes(d_model=d_model, d_ff=d_ff)
+        factory = {"device": device, "dtype": dtype}
+        self.linear1 = nn.Linear(d_model, d_ff, **factory)
+        self.linear2 = nn.Linear(d_ff, d_model, **factory)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(torch.relu(self.linear1(x)))  # (..., n, d_ff) -> (..., n, d_model)
+
+
+class ScoredAttention(nn.Module):
+    r"""Multi-head attention that scores with the additive (Bahdanau) or the general (Luong)
+    score instead of the dot product of projections (chapters 4 and 7).
+
+    Head h scores query token x_i (a row of the queries X) against context token z_j (a row of
+    the keys Z) directly, with its own parameters:
+
+    * ``"additive"`` (Bahdanau): :math:`e^h_{ij} = w_h^\top \tanh(U^h_q x_i + U^h_k z_j)`, with
+      :math:`U^h_q` (hidden_dim, embed_dim), :math:`U^h_k` (hidden_dim, kdim), :math:`w_h`
+      (hidden_dim,) (:func:`attnbook.additive_scores`);
+    * ``"general"`` (Luong): :math:`e^h_{ij} = x_i^\top W^h z_j`, with :math:`W^h`
+      (embed_dim, kdim) (:func:`attnbook.general_scores`).
+
+    The rest is multi-head attention as in :class:`attnbook.MultiHeadAttention`: softmax over the
+    keys, a weighted sum of head h's values :math:`Z W_v^{h\top} + b_v^h`, concatenation, output
+    projection. The dot-product head of :class:`attnbook.MultiHeadAttention` is the general score
+    with the low-rank matrix :math:`W^h = W_q^{h\top} W_k^h / \sqrt{d_\text{head}}` (chapter 4).
+
+    Parameters: ``score_U_q`` (heads, hidden_dim, embed_dim), ``score_U_k`` (heads, hidden_dim,
+    kdim) and ``score_w`` (heads, hidden_dim) for the additive score; ``score_W`` (heads,
+    embed_dim, kdim) for the general one; ``v_proj`` and ``out_proj`` as in
+    :class:`attnbook.MultiHeadAttention`. ``forward`` has the signature, shapes and mask meaning of
+    :meth:`attnbook.MultiHeadAttention.forward`.
+
+    Args:
+        embed_dim, num_heads, kdim, vdim, bias, device, dtype: as for
+            :class:`attnbook.MultiHeadAttention`.
+        score: ``"additive"`` or ``"general"``.
+        hidden_dim: the hidden width of the additive score (default d_head = embed_dim / num_heads).
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        *,
+        score: str = "additive",
+        hidden_dim: int | None = None,
+        kdim: int | None = None,
+        vdim: int | None = None,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        check_one_of("score", score, ("additive", "general"))
+        check_sizes(embed_dim=embed_dim, num_heads=num_heads, hidden_dim=hidden_dim, kdim=kdim, vdim=vdim)
+        check_divisible(
+            "embed_dim",
+            embed_dim,
+            num_heads,
+            "num_heads",
+            why="every head needs d_head = embed_dim / num_heads features",
+        )
+        check_type("bias", bias, bool)
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.kdim = embed_dim if kdim is None else kdim
+        self.vdim = embed_dim if vdim is None else vdim
+        self.score = score
+        H, factory = num_heads, {"device": device, "dtype": dtype}
+        if score == "additive":
+            self.hidden_dim = self.head_dim if hidden_dim is None else hidden_dim
+            self.score_U_q = nn.Parameter(torch.empty(H, self.hidden_dim, embed_dim, **factory))
+            self.score_U_k = nn.Parameter(torch.empty(H, self.hidden_dim, self.kdim, **factory))
+            self.score_w = nn.Parameter(torch.empty(H, self.hidden_dim, **factory))
+        else:
+            self.score_W = nn.Parameter(torch.empty(H, embed_dim, self.kdim, **factory))
+        self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias, **factory)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias, **factory)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform projections and zero biases as :class:`attnbook.MultiHeadAttention`; score
+        parameters scaled so that the first scores are of order 1."""
+        nn.init.xavier_uniform_(self.v_proj.weight)
+        for proj in (self.v_proj, self.out_proj):
+            if proj.bias is not None:
+                nn.init.zeros_(proj.bias)
+        if self.score == "additive":
+            for h in range(self.num_heads):
+                nn.init.xavier_uniform_(self.score_U_q[h])
+                nn.init.xavier_uniform_(self.score_U_k[h])
+            bound = 1.0 / math.sqrt(self.hidden_dim)
+            nn.init.uniform_(self.score_w, -bound, bound)
+        else:
+            # x^T W z with unit-variance x (embed_dim entries) and z (kdim entries): variance 1
+            nn.init.normal_(self.score_W, std=1.0 / math.sqrt(self.embed_dim * self.kdim))
+
+    def extra_repr(self) -> str:
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_dim={self.head_dim}, "
+            f"kdim={self.kdim}, vdim={self.vdim}, score={self.score!r}"
+        )
+
+    # e^h_ij = score_h(x_i, z_j), one (n, m) matrix per head
+    def scores(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        """The scores of every head, (batch, heads, n, m), of query (batch, n, embed_dim) against
+        key (batch, m, kdim) (chapter 4)."""
+        per_head = []
+        for h in range(self.num_heads):
+            if self.score == "general":
+                e = general_scores(query, key, self.score_W[h])  # (batch, n, m)
+            else:
+                e = additive_scores(query, key, self.score_U_q[h], self.score_U_k[h], self.score_w[h])  # (batch, n, m)
+            per_head.append(e)
+        return torch.stack(per_head, dim=1)  # (batch, heads, n, m)
+
+    # O^h = softmax(mask(e^h)) (Z W_v^h^T + b_v^h);  output = [O^1 | ... | O^H] W_o^T + b_o
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attention of the queries over the keys and values with this module's score function.
+
+        Args and shapes as :meth:`attnbook.MultiHeadAttention.forward`: query (batch, n,
+        embed_dim), key (batch, m, kdim), value (batch, m, vdim), mask (n, m), (batch, n, m) or
+        (batch, heads, n, m), True = may attend. Returns ``(output (batch, n, embed_dim), weights
+        (batch, heads, n, m) or None)``.
+        """
+        check_shapes(
+            query=(query, "(batch, n, embed_dim)"),
+            key=(key, "(batch, m, kdim)"),
+            value=(value, "(batch, m, vdim)"),
+            parameters=(self.out_proj.weight, "(embed_dim, embed_dim)"),
+            embed_dim=self.embed_dim,
+            kdim=self.kdim,
+            vdim=self.vdim,
+        )
+        mask = _check_heads_mask(mask, query.shape[0], self.num_heads, query.shape[1], key.shape[1], query)
+        with skip_checks():  # checked above; the formulas below need not check again
+            v = project_heads(value, self.v_proj.weight, self.v_proj.bias, self.num_heads)  # (batch, heads, m, d_head)
+            weights = softmax(apply_mask(self.scores(query, key), mask), dim=-1)  # (batch, heads, n, m)
+            heads_out = weights @ v  # (batch, heads, n, m) @ (batch, heads, m, d_head) -> (batch, heads, n, d_head)
+            output = concat_then_project(heads_out, self.out_proj.weight, self.out_proj.bias)  # (batch, n, embed_dim)
+        return output, (weights if need_weights else None)
+
+
+def cross_attention_module(d_model: int, num_heads: int, score: str = "dot", *, device=None, dtype=None) -> nn.Module:
+    """The cross-attention of a :class:`DecoderBlock` with score function ``score``:
+    :class:`attnbook.MultiHeadAttention` for ``"dot"``, :class:`ScoredAttention` for ``"additive"``
+    and ``"general"`` (chapter 4)."""
+    check_one_of("score", score, SCORES)
+    if score == "dot":
+        return MultiHeadAttention(d_model, num_heads, device=device, dtype=dtype)
+    return ScoredAttention(d_model, num_heads, score=score, device=device, dtype=dtype)
+
+
+# the self-attention of one step with a cache: append k_t, v_t, attend with q_t (chapter 8)
+def cached_self_attention(
+    mha: MultiHeadAttention, x: torch.Tensor, cache: KVCache, need_weights: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Causal self-attention of the t new tokens x (batch, t, d_model) over everything in ``cache``
+    (chapter 8): their keys and values are appended first. Returns ``(output (batch, t, d_model),
+    weights (batch, heads, t, len(cache)) or None)``."""
+    check_type("cache", cache, KVCache, "attnbook.KVCache")
+    H = mha.num_heads
+    q = project_heads(x, mha.q_proj.weight, mha.q_proj.bias, H)  # (batch, heads, t, d_head)
+    k = project_heads(x, mha.k_proj.weight, mha.k_proj.bias, H)  # (batch, heads, t, d_head)
+    v = project_heads(x, mha.v_proj.weight, mha.v_proj.bias, H)  # (batch, heads, t, d_head)
+    heads_out, weights = cache.step(q, k, v, need_weights=need_weights)  # (batch, heads, t, d_head)
+    return concat_then_project(heads_out, mha.out_proj.weight, mha.out_proj.bias), weights  # (batch, t, d_model)
+
+
+# pre-norm:  x + f(LN(x))        post-norm:  LN(x + f(x))        none:  x + f(x)
+def _residual(x: torch.Tensor, norm: nn.Module, sublayer, pre: bool):
+    """Apply ``sublayer`` (which returns (output, *extras)) with a residual connection."""
+    out, *extras = sublayer(norm(x) if pre else x)
+    y = x + out
+    return (y if pre else norm(y)), *extras
+
+
+class EncoderBlock(nn.Module):
+    r"""A transformer encoder block: self-attention, then an MLP, each with a residual connection
+    (chapters 4 and 7).
+
+    .. math:: \text{pre-norm:}\quad H = X + \operatorname{MHA}(\operatorname{LN}(X)), \quad
+              Y = H + \operatorname{FFN}(\operatorname{LN}(H))
+
+    post-norm: :math:`H = \operatorname{LN}(X + \operatorname{MHA}(X))`,
+    :math:`Y = \operatorname{LN}(H + \operatorname{FFN}(H))`; ``norm=None`` drops the layer norms.
+    Without a mask every part acts on rows or is multi-head self-attention, so the block is
+    permutation equivariant (chapter 6). ``causal=True`` applies :func:`attnbook.causal_mask` and
+    makes it the block of a decoder-only model; only then can it decode with a
+    :class:`attnbook.KVCache`.
+
+    Args:
+        d_model: width of the tokens. num_heads: H, must divide d_model.
+        d_ff: hidden width of the MLP (default 4 * d_model).
+        norm: ``"pre"`` (default), ``"post"`` or None.
+        mlp: False for an attention-only block (see :class:`AttentionOnlyBlock`).
+        causal: whether token i sees only tokens j <= i.
+
+    Submodules: ``self_attn`` (:class:`attnbook.MultiHeadAttention`), ``mlp``
+    (:class:`FeedForward` or None), ``norm1``, ``norm2`` (``nn.LayerNorm`` or ``nn.Identity``).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int | None = None,
+        *,
+        norm: str | None = "pre",
+        mlp: bool = True,
+        causal: bool = False,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        check_one_of("norm", norm, NORMS)
+        check_sizes(d_model=d_model, d_ff=d_ff)
+        factory = {"device": device, "dtype": dtype}
+        self.d_model, self.norm, self.causal = d_model, norm, bool(causal)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, **factory)
+        self.norm1 = _layer_norm(d_model, norm, factory)
+        self.mlp = FeedForward(d_model, 4 * d_model if d_ff is None else d_ff, **factory) if mlp else None
+        self.norm2 = _layer_norm(d_model, norm, factory) if mlp else None
+
+    def extra_repr(self) -> str:
+        return f"norm={self.norm!r}, causal={self.causal}"
+
+    def _self_attention(self, x, mask, need_weights, cache):
+        if cache is not None:
+            return cached_self_attention(self.self_attn, x, cache, need_weights)
+        if self.causal:
+            keep = causal_mask(x.shape[1], device=x.device)  # (n, n), True = may attend
+            if mask is None:
+                mask = keep
+            elif mask.dtype == torch.bool:
+                mask = mask & keep  # (batch or 1, heads or 1, n, n): both must allow it
+            else:
+                mask = mask.masked_fill(~keep, -math.inf)  # a float mask: block the future with -inf
+        return self.self_attn(x, x, x, mask=mask, need_weights=need_weights)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One block on x (batch, n, d_model).
+
+        Args:
+            mask: optional attention mask as for :class:`attnbook.MultiHeadAttention` (e.g. a
+                padding mask ``padding_mask(lengths)[:, None, :]``); combined with the causal mask
+                when ``causal``.
+            need_weights: return the self-attention weights (batch, heads, n, n).
+            cache: only for ``causal`` blocks: x holds the *new* tokens, which attend to everything
+                the cache holds after their keys and values are appended (chapter 8).
+
+        Returns:
+            ``(y (batch, n, d_model), weights (batch, heads, n, m) or None)``.
+        """
+        _check_states("x", x, self.d_model, self.self_attn.q_proj.weight)
+        if cache is not None and not self.causal:
+            raise ValueError("a KVCache decodes token by token, which only a causal block (causal=True) can do")
+        if cache is not None and mask is not None:
+            raise ValueError("decoding with a cache takes no extra mask")
+        mask = _check_heads_mask(mask, x.shape[0], self.self_attn.num_heads, x.shape[1], x.shape[1], x)
+        pre = self.norm == "pre"
+        with skip_checks():
+            x, weights = _residual(x, self.norm1, lambda h: self._self_attention(h, mask, need_weights, cache), pre)
+            if self.mlp is not None:
+                (x,) = _residual(x, self.norm2, lambda h: (self.mlp(h),), pre)
+        return x, weights
+
+
+class AttentionOnlyBlock(EncoderBlock):
+    """An encoder block without the MLP: self-attention and a residual connection only (chapter 7).
+
+    ``AttentionOnlyBlock(d_model, num_heads, norm=..., causal=...)`` is
+    ``EncoderBlock(d_model, num_heads, mlp=False, ...)``. Whatever such a stack computes, it
+    computes by moving information between tokens with attention and mixing it linearly.
+    """
+
+    def __init__(
+        self, d_model: int, num_heads: int, *, norm: str | None = "pre", causal: bool = False, device=None, dtype=None
+    ) -> None:
+        super().__init__(d_model, num_heads, norm=norm, mlp=False, causal=causal, device=device, dtype=dtype)
+
+
+class DecoderBlock(nn.Module):
+    r"""A transformer decoder block: causal self-attention, cross-attention to the encoder, an MLP
+    (chapters 2, 4 and 7).
+
+    .. math:: \text{pre-norm:}\quad
+              H_1 = Y + \operatorname{MHA}_C(\operatorname{LN}(Y)), \quad
+              H_2 = H_1 + \operatorname{CrossAttn}(\operatorname{LN}(H_1), Z), \quad
+              \operatorname{out} = H_2 + \operatorname{FFN}(\operatorname{LN}(H_2))
+
+    where :math:`\operatorname{MHA}_C` is multi-head self-attention under the causal mask (token i
+    sees targets 0..i) and the cross-attention takes its queries from the decoder and its keys
+    and values from the encoder output Z ("memory"), unmasked except for an optional
+    ``memory_mask``. Post-norm puts each LN after its residual sum; ``norm=None`` drops them.
+
+    Args:
+        d_model, num_heads, d_ff, norm, mlp: as for :class:`EncoderBlock`.
+        score: the cross-attention's score function, ``"dot"``, ``"additive"`` or ``"general"``
+            (:func:`cross_attention_module`).
+
+    Submodules: ``self_attn`` (:class:`attnbook.MultiHeadAttention`), ``cross_attn``
+    (:class:`attnbook.MultiHeadAttention` for ``score="dot"``, else
+    :class:`ScoredAttention`), ``mlp``, ``norm1``, ``norm2``, ``norm3``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int | None = None,
+        *,
+        norm: str | None = "pre",
+        mlp: bool = True,
+        score: str = "dot",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        check_one_of("norm", norm, NORMS)
+        check_sizes(d_model=d_model, d_ff=d_ff)
+        factory = {"device": device, "dtype": dtype}
+        self.d_model, self.norm, self.score = d_model, norm, score
+        self.self_attn = MultiHeadAttention(d_model, num_heads, **factory)
+        self.cross_attn = cross_attention_module(d_model, num_heads, score, **factory)
+        self.norm1 = _layer_norm(d_model, norm, factory)
+        self.norm2 = _layer_norm(d_model, norm, factory)
+        self.mlp = FeedForward(d_model, 4 * d_model if d_ff is None else d_ff, **factory) if mlp else None
+        self.norm3 = _layer_norm(d_model, norm, factory) if mlp else None
+
+    def extra_repr(self) -> str:
+        return f"norm={self.norm!r}, score={self.score!r}"
+
+    # MHA_C(Y) = MultiHead(Y, Y) under the causal mask
+    def masked_self_attention(
+        self, y: torch.Tensor, *, need_weights: bool = False, cache: KVCache | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The causal self-attention sublayer alone (no residual, no norm) on y (batch, n, d_model).
+
+        Returns ``(output (batch, n, d_model), weights (batch, heads, n, n) or None)``; with a
+        ``cache`` the n new tokens attend over all cached ones and the weights are (batch, heads, n,
+        len(cache)).
+        """
+        if cache is not None:
+            return cached_self_attention(self.self_attn, y, cache, need_weights)
+        mask = causal_mask(y.shape[1], device=y.device)  # (n, n), True = may attend
+        return self.self_attn(y, y, y, mask=mask, need_weights=need_weights)
+
+    # CrossAttn(Y, Z) = MultiHead(Y, Z) with queries from Y and keys and values from Z
+    def cross_attention(
+        self,
+        y: torch.Tensor,
+        memory: torch.Tensor,
+        memory_mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The cross-attention sublayer alone (no residual, no norm): queries y (batch, n, d_model),
+        keys and values the encoder output ``memory`` (batch, m, d_model).
+
+        Returns ``(output (batch, n, d_model), weights (batch, heads, n, m) or None)``.
+        """
+        return self.cross_attn(y, memory, memory, mask=memory_mask, need_weights=need_weights)
+
+    def forward(
+        self,
+        y: torch.Tensor,
+        memory: torch.Tensor,
+        memory_mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+        cache: KVCache | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """One block on the decoder states y (batch, n, d_model) given the encoder output
+        ``memory`` (batch, m, d_model).
+
+        Args:
+            memory_mask: optional mask of the cross-attention, (n, m), (batch, n, m) or
+                (batch, 1, m) for padded sources (``padding_mask(lengths)[:, None, :]``).
+            need_weights: return the weights of both attentions.
+            cache: a :class:`attnbook.KVCache` for this block's self-attention: y holds only the new
+                tokens (chapter 8).
+
+        Returns:
+            ``(out (batch, n, d_model), self_weights (batch, heads, n, n) or None,
+            cross_weights (batch, heads, n, m) or None)``.
+        """
+        check_shapes(
+            y=(y, "(batch, n, d_model)"),
+            memory=(memory, "(batch, m, d_model)"),
+            parameters=(self.self_attn.q_proj.weight, "(d_model, d_model)"),
+            d_model=self.d_model,
+        )
+        heads = self.self_attn.num_heads
+        memory_mask = _check_heads_mask(memory_mask, y.shape[0], heads, y.shape[1], memory.shape[1], y)
+        pre = self.norm == "pre"
+        with skip_checks():
+            y, self_weights = _residual(
+                y, self.norm1, lambda h: self.masked_self_attention(h, need_weights=need_weights, cache=cache), pre
+            )
+            y, cross_weights = _residual(
+                y, self.norm2, lambda h: self.cross_attention(h, memory, memory_mask, need_weights=need_weights), pre
+            )
+            if self.mlp is not None:
+                (y,) = _residual(y, self.norm3, lambda h: (self.mlp(h),), pre)
+        return y, self_weights, cross_weights
+
+
+class _Embedding(nn.Module):
+    """Token embedding plus (optionally) the sinusoidal encoding of the positions (chapter 5)."""
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, positional: bool, factory: dict) -> None:
+        super().__init__()
+        check_sizes(vocab_size=vocab_size, max_len=max_len)
+        self.vocab_size, self.max_len = vocab_size, max_len
+        self.positional = bool(positional)
+        self.token = nn.Embedding(vocab_size, d_model, **factory)
+        # a buffer, not a parameter: it moves with .to() but is never trained
+        self.register_buffer("encoding", sinusoidal_encoding(max_len, d_model, **factory), persistent=False)
+
+    # x_i = E[token_i] + p_{offset + i}
+    def forward(self, tokens: torch.Tensor, offset: int = 0, name: str = "tokens") -> torch.Tensor:
+        _check_tokens(name, tokens, self.vocab_size, self.max_len - offset)
+        x = self.token(tokens)  # (batch, n, d_model)
+        if self.positional:
+            x = x + self.encoding[offset : offset + tokens.shape[1]]  # (n, d_model), the same for every sequence
+        return x
+
+
+class SequenceModel(nn.Module):
+    r"""Embedding, optional sinusoidal positions, a stack of blocks, an output head (chapter 7).
+
+    .. math:: X_0 = E[\text{tokens}] + P, \qquad X_\ell = \operatorname{Block}_\ell(X_{\ell - 1}),
+              \qquad \text{logits} = \operatorname{LN}(X_L)\, W_\text{out}^\top + b_\text{out}
+
+    (P only with ``positional=True``; the final LN only with pre-norm). Without positions and
+    without the causal mask every layer is permutation equivariant, and so is the model: it sees
+    its input as a multiset (chapters 5 and 6). With ``causal=True`` it is a decoder-only model
+    that can :meth:`generate`.
+
+    Args:
+        vocab_size: number of input token ids. d_model, num_heads: width and heads of every block.
+        num_layers: number of blocks.
+        max_len: the longest sequence (sizes the positional encoding).
+        out_size: number of output classes (default ``vocab_size``).
+        positional: add :func:`attnbook.sinusoidal_encoding` to the embeddings.
+        causal: causal self-attention in every block.
+        mlp: False for attention-only blocks. d_ff, norm: as for :class:`EncoderBlock`.
+
+    Submodules: ``embed`` (``embed.token`` the ``nn.Embedding``), ``blocks`` (an
+    ``nn.ModuleList`` of :class:`EncoderBlock`), ``final_norm``, ``head`` (``nn.Linear``).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        num_layers: int = 1,
+        *,
+        max_len: int = 64,
+        out_size: int | None = None,
+        positional: bool = True,
+        causal: bool = False,
+        mlp: bool = True,
+        d_ff: int | None = None,
+        norm: str | None = "pre",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        check_one_of("norm", norm, NORMS)
+        factory = {"device": device, "dtype": dtype}
+        check_sizes(num_layers=num_layers, out_size=out_size)
+        self.causal = bool(causal)
+        self.out_size = vocab_size if out_size is None else out_size
+        self.embed = _Embedding(vocab_size, d_model, max_len, positional, factory)
+        self.blocks = nn.ModuleList(
+            EncoderBlock(d_model, num_heads, d_ff, norm=norm, mlp=mlp, causal=causal, **factory)
+            for _ in range(num_layers)
+        )
+        self.final_norm = _layer_norm(d_model, norm if norm == "pre" else None, factory)
+        self.head = nn.Linear(d_model, self.out_size, **factory)
+
+    @property
+    def max_len(self) -> int:
+        return self.embed.max_len
+
+    def _run(self, x, mask, need_weights, caches):
+        weights = []
+        for i, block in enumerate(self.blocks):
+            x, w = block(x, mask, need_weights=need_weights, cache=None if caches is None else caches[i])
+            weights.append(w)
+        return self.head(self.final_norm(x)), (weights if need_weights else None)
+
+    def forward(
+        self, tokens: torch.Tensor, mask: torch.Tensor | None = None, *, need_weights: bool = False
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Logits for every position.
+
+        Args:
+            tokens: integer ids (batch, n), n <= max_len.
+            mask: optional attention mask for every block (see :meth:`EncoderBlock.forward`).
+            need_weights: also return the attention weights.
+
+        Returns:
+            ``(logits (batch, n, out_size), weights)``: weights is None, or a list with one
+            (batch, heads, n, n) tensor per layer.
+        """
+        x = self.embed(tokens)  # (batch, n, d_model)
+        heads = self.blocks[0].self_attn.num_heads
+        mask = _check_heads_mask(mask, x.shape[0], heads, x.shape[1], x.shape[1], x)
+        with skip_checks():  # the blocks get what was checked here
+            return self._run(x, mask, need_weights, None)
+
+    @torch.no_grad()
+    def generate(self, prompt: torch.Tensor, steps: int, *, use_cache: bool = True) -> torch.Tensor:
+        """Greedy decoding for a causal model (chapters 7 and 8): append the most likely next token
+        ``steps`` times.
+
+        With ``use_cache`` every block keeps a :class:`attnbook.KVCache`: the prompt is appended
+        at once, then each step runs the model on the one new token. Without it every step runs the
+        model on the whole sequence so far and keeps the last position. Both give the same tokens.
+
+        Returns:
+            the ``steps`` generated ids (batch, steps).
+        """
+        if not self.causal:
+            raise ValueError("generate needs a causal model (SequenceModel(..., causal=True))")
+        check_sizes(steps=steps)
+        _check_tokens("prompt", prompt, self.embed.vocab_size, self.max_len)
+        total = prompt.shape[1] + steps - 1  # the last generated token is never fed back
+        if prompt.shape[1] == 0 or total > self.max_len:
+            raise ValueError(
+                f"need 1 <= prompt length and prompt length + steps - 1 <= max_len = {self.max_len}, "
+                f"got prompt {tuple(prompt.shape)} and steps = {steps}"
+            )
+        if self.embed.vocab_size < self.out_size:
+            raise ValueError(
+                f"cannot feed back outputs: out_size = {self.out_size} > vocab_size = {self.embed.vocab_size}"
+            )
+        caches = [KVCache(total) for _ in self.blocks] if use_cache else None
+        sequence, new, generated = prompt, prompt, []
+        for _ in range(steps):
+            if use_cache:
+                offset = sequence.shape[1] - new.shape[1]
+                with skip_checks():
+                    logits, _ = self._run(self.embed(new, offset), None, False, caches)
+            else:
+                logits, _ = self(sequence)
+            new = logits[:, -1:].argmax(dim=-1)  # (batch, 1)
+            generated.append(new)
+            sequence = torch.cat([sequence, new], dim=1)  # (batch, n + 1)
+        return torch.cat(generated, dim=1)  # (batch, steps)
+
+
+class EncoderDecoder(nn.Module):
+    r"""An encoder and a decoder joined by cross-attention (chapters 4 and 7).
+
+    .. math:: Z = \operatorname{Encoder}(\text{source}), \qquad
+              \text{logits} = \operatorname{Decoder}(\text{target}_{<}, Z)
+
+    The decoder reads the target shifted right (teacher forcing: position i holds the previous
+    target token, position 0 a start token ``bos``) under the causal mask, and every decoder
+    block attends to Z with the score function ``score`` (:func:`cross_attention_module`). At inference
+    :meth:`generate` feeds back its own greedy choices.
+
+    Args:
+        src_vocab, tgt_vocab: input id counts of the source and of the decoder (the decoder's
+            input vocabulary must contain ``bos``). d_model, num_heads: as for :class:`SequenceModel`.
+        num_layers: encoder blocks; num_decoder_layers: decoder blocks (default num_layers).
+        max_len: longest source and target. out_size: output classes (default tgt_vocab).
+        score: the cross-attention's score function. positional, mlp, d_ff, norm: as for
+            :class:`SequenceModel`.
+
+    Submodules: ``src_embed``, ``tgt_embed``, ``encoder`` (``nn.ModuleList`` of
+    :class:`EncoderBlock`), ``encoder_norm``, ``decoder`` (``nn.ModuleList`` of
+    :class:`DecoderBlock`), ``final_norm``, ``head``.
+    """
+
+    def __init__(
+        self,
+        src_vocab: int,
+        tgt_vocab: int,
+        d_model: int,
+        num_heads: int,
+        num_layers: int = 1,
+        *,
+        num_decoder_layers: int | None = None,
+        max_len: int = 64,
+        out_size: int | None = None,
+        score: str = "dot",
+        positional: bool = True,
+        mlp: bool = True,
+        d_ff: int | None = None,
+        norm: str | None = "pre",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        check_one_of("norm", norm, NORMS)
+        check_one_of("score", score, SCORES)
+        factory = {"device": device, "dtype": dtype}
+        block_args = {"norm": norm, "mlp": mlp, **factory}
+        check_sizes(num_layers=num_layers, num_decoder_layers=num_decoder_layers, out_size=out_size)
+        num_decoder_layers = num_layers if num_decoder_layers is None else num_decoder_layers
+        self.out_size = tgt_vocab if out_size is None else out_size
+        self.src_embed = _Embedding(src_vocab, d_model, max_len, positional, factory)
+        self.tgt_embed = _Embedding(tgt_vocab, d_model, max_len, positional, factory)
+        self.encoder = nn.ModuleList(EncoderBlock(d_model, num_heads, d_ff, **block_args) for _ in range(num_layers))
+        self.decoder = nn.ModuleList(
+            DecoderBlock(d_model, num_heads, d_ff, score=score, **block_args) for _ in range(num_decoder_layers)
+        )
+        self.encoder_norm = _layer_norm(d_model, norm if norm == "pre" else None, factory)
+        self.final_norm = _layer_norm(d_model, norm if norm == "pre" else None, factory)
+        self.head = nn.Linear(d_model, self.out_size, **factory)
+
+    @property
+    def max_len(self) -> int:
+        return self.src_embed.max_len
+
+    def encode(
+        self, source: torch.Tensor, source_mask: torch.Tensor | None = None, *, need_weights: bool = False
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """The encoder output Z (batch, m, d_model) for source ids (batch, m), and the encoder's
+        self-attention weights per layer (or None). ``source_mask``: optional (batch, m) boolean,
+        True for real tokens (:func:`attnbook.padding_mask`)."""
+        z, weights = self.src_embed(source, name="source"), []
+        mask = _check_source_mask(source_mask, source)
+        with skip_checks():
+            for block in self.encoder:
+                z, w = block(z, mask, need_weights=need_weights)
+                weights.append(w)
+            return self.encoder_norm(z), (weights if need_weights else None)
+
+    def decode(
+        self,
+        target_in: torch.Tensor,
+        memory: torch.Tensor,
+        source_mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+        caches: list[KVCache] | None = None,
+        offset: int = 0,
+    ) -> tuple[torch.Tensor, dict[str, list[torch.Tensor]] | None]:
+        """Logits (batch, n, out_size) for decoder inputs (batch, n) given the encoder output.
+
+        With ``caches`` (one :class:`attnbook.KVCache` per decoder block) ``target_in`` holds the
+        new tokens only, at positions ``offset``, ``offset + 1``, ... Returns the logits and, with
+        ``need_weights``, ``{"decoder": [...], "cross": [...]}`` (one tensor per layer).
+        """
+        y = self.tgt_embed(target_in, offset, name="target_in")
+        check_shapes(
+            target_in=(target_in, "(batch, n)", "any"),
+            memory=(memory, "(batch, m, d_model)"),
+            parameters=(self.head.weight, "(out_size, d_model)"),
+        )
+        mask = _check_source_mask(source_mask, memory[..., 0])
+        if caches is not None and len(caches) != len(self.decoder):
+            raise ValueError(f"caches must hold one KVCache per decoder block ({len(self.decoder)}), got {len(caches)}")
+        self_w, cross_w = [], []
+        with skip_checks():
+            for i, block in enumerate(self.decoder):
+                cache = None if caches is None else caches[i]
+                y, ws, wc = block(y, memory, mask, need_weights=need_weights, cache=cache)
+                self_w.append(ws)
+                cross_w.append(wc)
+            weights = {"decoder": self_w, "cross": cross_w} if need_weights else None
+            return self.head(self.final_norm(y)), weights
+
+    def forward(
+        self,
+        source: torch.Tensor,
+        target_in: torch.Tensor,
+        source_mask: torch.Tensor | None = None,
+        *,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, dict[str, list[torch.Tensor]] | None]:
+        """Logits for every target position (teacher forcing).
+
+        Args:
+            source: ids (batch, m). target_in: decoder inputs (batch, n): ``bos`` then the target
+                without its last token. source_mask: optional (batch, m) boolean, True = real token.
+            need_weights: also return the weights.
+
+        Returns:
+            ``(logits (batch, n, out_size), weights)``: weights is None or
+            ``{"encoder": [...], "decoder": [...], "cross": [...]}``, one (batch, heads, ., .)
+            tensor per layer: encoder (m, m), decoder self-attention (n, n), cross-attention (n, m).
+        """
+        memory, enc_w = self.encode(source, source_mask, need_weights=need_weights)
+        logits, weights = self.decode(target_in, memory, source_mask, need_weights=need_weights)
+        if need_weights:
+            weights = {"encoder": enc_w, **weights}
+        return logits, weights
+
+    @torch.no_grad()
+    def generate(
+        self,
+        source: torch.Tensor,
+        steps: int,
+        *,
+        bos: int,
+        source_mask: torch.Tensor | None = None,
+        use_cache: bool = True,
+    ) -> torch.Tensor:
+        """Greedy translation (chapters 7 and 8): start from ``bos`` and append the most likely next
+        token ``steps`` times. The encoder runs once. With ``use_cache`` every decoder block keeps a
+        :class:`attnbook.KVCache` and each step runs the decoder on the one new token; without it
+        each step runs the decoder on all tokens so far. Both give the same tokens.
+
+        Returns:
+            the generated ids (batch, steps), without ``bos``.
+        """
+        check_sizes(steps=steps)
+        if steps > self.max_len:
+            raise ValueError(f"steps = {steps} exceeds max_len = {self.max_len}")
+        if isinstance(bos, bool) or not isinstance(bos, int) or not 0 <= bos < self.tgt_embed.vocab_size:
+            raise ValueError(f"bos must be a token id in [0, {self.tgt_embed.vocab_size}), got {bos!r}")
+        if self.tgt_embed.vocab_size < self.out_size:
+            raise ValueError(
+                f"cannot feed back outputs: out_size = {self.out_size} > tgt_vocab = {self.tgt_embed.vocab_size}"
+            )
+        memory, _ = self.encode(source, source_mask)
+        caches = [KVCache(steps) for _ in self.decoder] if use_cache else None
+        sequence = torch.full((source.shape[0], 1), bos, dtype=torch.long, device=source.device)  # (batch, 1)
+        generated = []
+        for t in range(steps):
+            if use_cache:
+                logits, _ = self.decode(sequence[:, -1:], memory, source_mask, caches=caches, offset=t)
+            else:
+                logits, _ = self.decode(sequence, memory, source_mask)
+            new = logits[:, -1:].argmax(dim=-1)  # (batch, 1)
+            generated.append(new)
+            sequence = torch.cat([sequence, new], dim=1)  # (batch, t + 2)
+        return torch.cat(generated, dim=1)  # (batch, steps)
+
+
+def _blocks(model: nn.Module) -> nn.ModuleList:
+    """The blocks :func:`ablate_head` indexes: ``model.blocks`` or ``model.decoder``."""
+    for name in ("blocks", "decoder"):
+        blocks = getattr(model, name, None)
+        if isinstance(blocks, nn.ModuleList):
+            return blocks
+    raise TypeError(f"model must be a SequenceModel or an EncoderDecoder, got {type(model).__name__}")
+
+
+# W_o^h = 0:  the model without head h of block `layer` (chapter 3: the output is a sum over heads)
+def ablate_head(model: nn.Module, layer: int, head: int, *, attention: str = "self_attn") -> nn.Module:
+    """A copy of ``model`` in which head ``head`` of block ``layer`` contributes nothing (chapters 3 and 7).
+
+    By the sum-over-heads form of multi-head attention, zeroing the columns of ``out_proj.weight``
+    that belong to head h (its block W_o^h) removes exactly that head's term. ``layer`` indexes
+    ``model.blocks`` (:class:`SequenceModel`) or ``model.decoder`` (:class:`EncoderDecoder`);
+    ``attention`` names the attention of that block (``"self_attn"`` or ``"cross_attn"``).
+    """
+    blocks = _blocks(model)
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(blocks):
+        raise ValueError(f"layer must be an int in [0, {len(blocks)}), got {layer!r}")
+    mha = getattr(blocks[layer], attention, None)
+    if not isinstance(mha, (MultiHeadAttention, ScoredAttention)):
+        raise ValueError(f"block {layer} has no attention named {attention!r}")
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < mha.num_heads:
+        raise ValueError(f"head must be an int in [0, {mha.num_heads}), got {head!r}")
+    ablated = copy.deepcopy(model)
+    columns = slice(head * mha.head_dim, (head + 1) * mha.head_dim)  # the block W_o^h of W_o
+    with torch.no_grad():
+        getattr(_blocks(ablated)[layer], attention).out_proj.weight[:, columns] = 0
+    return ablated
+
+
+def parameter_count(model: nn.Module) -> int:
+    """The number of trainable parameters (entries) of ``model``."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
