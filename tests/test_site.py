@@ -80,7 +80,7 @@ def built_site() -> Path:
             pytest.fail(f"ATTNBOOK_SITE={SITE} holds no built site (index.html)")
         return SITE
     build = subprocess.run(
-        [sys.executable, "-m", "jupyter_book", "build", "-W", "-n", "--keep-going", str(ROOT)],
+        [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "-n", "--keep-going", str(ROOT)],
         cwd=ROOT,
         capture_output=True,
         text=True,
