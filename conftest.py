@@ -116,3 +116,17 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     if file_path.suffix == ".md" and BOOK in file_path.parents and is_chapter(file_path):
         return MySTChapter.from_parent(parent, path=file_path)
     return None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Groups for ``pytest -n 2 --dist loadgroup`` (``make test``): the chapters, then the strict
+    book build and the browser tests, in one worker and in this order (the build reuses the
+    chapters' outputs); every other test module whole in one worker (module fixtures, such as a
+    homework graded once, are not computed twice)."""
+    for item in items:
+        path = Path(str(item.path))
+        if BOOK in path.parents or path.name in ("test_site.py", "test_jupyterlab.py"):
+            group = "book"
+        else:
+            group = path.stem
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -269,6 +269,120 @@ def test_encoder_decoder_shapes(score, device):
     assert model(source, target_in)[1] is None
 
 
+# ---------------------------------------------------------------- ALiBi instead of positional encodings (chapter 9)
+
+
+def _alibi_reference_mask(batch: int, heads: int, n: int, keep: torch.Tensor, device) -> torch.Tensor:
+    """PyTorch's float attn_mask (batch * heads, n, n): the ALiBi bias, -inf where ``keep`` is False."""
+    i = torch.arange(n, device=device, dtype=F64)
+    slopes = torch.tensor([2.0 ** (-8 * h / heads) for h in range(1, heads + 1)], device=device, dtype=F64)
+    bias = -slopes[:, None, None] * (i[:, None] - i[None, :]).abs()  # (heads, n, n), written out
+    bias = bias.expand(batch, heads, n, n).masked_fill(~keep, -math.inf)  # (batch, heads, n, n)
+    return bias.reshape(batch * heads, n, n)  # (batch * heads, n, n), PyTorch's layout
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_alibi_block_matches_torch_with_the_bias_as_mask(norm, device):
+    """An ALiBi block is PyTorch's encoder layer with -mu_h |i - j| (and the causal mask) as float mask."""
+    _seeded()
+    ours = EncoderBlock(8, 2, 16, norm=norm, causal=True, alibi=True, device=device, dtype=F64)
+    _randomize(ours)
+    assert_close(ours.alibi_slopes, attnbook.alibi_slopes(2, device=device, dtype=F64))
+    theirs = nn.TransformerEncoderLayer(
+        8, 2, 16, dropout=0.0, batch_first=True, norm_first=norm == "pre", device=device, dtype=F64
+    ).eval()
+    _copy_block_to_torch(ours, theirs)
+    x = _randn(3, 6, 8, device=device)
+    causal = attnbook.causal_mask(6, device=device)
+    y, weights = ours(x, need_weights=True)
+    assert_close(y, theirs(x, src_mask=_alibi_reference_mask(3, 2, 6, causal, device)), **tolerances(F64))
+    assert (weights.triu(diagonal=1) == 0).all()
+    # a caller's padding mask (batch, 1, n) is combined with the bias and the causal mask
+    keep = attnbook.padding_mask(torch.tensor([6, 4, 2], device=device), 6)[:, None, :]  # (batch, 1, n)
+    reference = theirs(x, src_mask=_alibi_reference_mask(3, 2, 6, causal & keep[:, None], device))
+    assert_close(ours(x, keep)[0], reference, **tolerances(F64))
+    # a float mask is added to the bias
+    extra = _randn(3, 6, 6, device=device, seed=2)
+    added = _alibi_reference_mask(3, 2, 6, causal, device) + extra.repeat_interleave(2, dim=0)
+    assert_close(ours(x, extra)[0], theirs(x, src_mask=added), **tolerances(F64))
+
+
+def test_alibi_model_uses_the_bias_and_no_encoding(device):
+    _seeded()
+    model = SequenceModel(9, 8, 4, 2, max_len=8, positional="alibi", mlp=False, norm=None, device=device, dtype=F64)
+    assert model.positional == "alibi" and all(block.alibi for block in model.blocks)
+    tokens = torch.randint(9, (2, 7), generator=torch.Generator().manual_seed(0)).to(device)
+    x = model.embed.token(tokens)  # no positional encoding is added
+    bias = attnbook.alibi_bias(7, 7, attnbook.alibi_slopes(4, device=device, dtype=F64))  # (heads, n, n)
+    for block in model.blocks:
+        x = x + block.self_attn(x, x, x, mask=bias[None])[0]  # (1, heads, n, n) float mask
+    assert_close(model(tokens)[0], model.head(x))
+    # the slopes are a buffer: not trained, not saved, moved and cast with the model
+    assert "alibi_slopes" not in dict(model.named_parameters()) and not any("alibi" in k for k in model.state_dict())
+    assert model.float().blocks[0].alibi_slopes.dtype == torch.float32
+
+
+def test_positional_spellings(device):
+    """True / False are the older spellings of "sinusoidal" / None: the same models."""
+    tokens = torch.randint(9, (2, 6), generator=torch.Generator().manual_seed(0)).to(device)
+    for old, new in ((True, "sinusoidal"), (False, None)):
+        _seeded()
+        a = SequenceModel(9, 8, 2, max_len=6, positional=old, device=device, dtype=F64)
+        _seeded()
+        b = SequenceModel(9, 8, 2, max_len=6, positional=new, device=device, dtype=F64)
+        assert a.positional == new and not a.blocks[0].alibi
+        assert_close(a(tokens)[0], b(tokens)[0])
+    with pytest.raises(ValueError, match="positional"):
+        SequenceModel(9, 8, 2, positional="rotary")
+    with pytest.raises(TypeError, match="alibi"):
+        EncoderBlock(8, 2, alibi="yes")
+
+
+def test_alibi_encoder_is_equivariant_under_reversal(device):
+    """Without the causal mask, |i - j| is unchanged when the sequence is read backwards, so
+    reversing the input reverses the output; other permutations change it (chapters 6 and 9)."""
+    _seeded()
+    model = SequenceModel(9, 8, 2, 2, max_len=6, positional="alibi", device=device, dtype=F64)
+    tokens = torch.randint(9, (4, 6), generator=torch.Generator().manual_seed(0)).to(device)
+    assert_close(model(tokens.flip(1))[0], model(tokens)[0].flip(1))
+    perm = torch.tensor([3, 0, 5, 1, 4, 2], device=device)
+    assert not torch.allclose(model(tokens[:, perm])[0], model(tokens)[0][:, perm])
+
+
+def test_causal_alibi_model_does_not_look_ahead_and_takes_any_length(device):
+    _seeded()
+    model = SequenceModel(9, 8, 2, 2, max_len=4, causal=True, positional="alibi", device=device, dtype=F64)
+    tokens = torch.randint(9, (2, 10), generator=torch.Generator().manual_seed(0)).to(device)  # longer than max_len
+    logits, weights = model(tokens, need_weights=True)
+    assert logits.shape == (2, 10, 9) and all(w.shape == (2, 2, 10, 10) for w in weights)
+    for j in range(1, 10):
+        changed = tokens.clone()
+        changed[:, j] = (changed[:, j] + 1) % 9
+        moved = model(changed)[0]
+        assert_close(moved[:, :j], logits[:, :j])
+        assert not torch.allclose(moved[:, j], logits[:, j])
+    assert_close(model(tokens[:, :5])[0], logits[:, :5])  # a prefix gives the same outputs
+    for positional in ("sinusoidal", None):  # these are still bounded by max_len
+        with pytest.raises(ValueError, match="max_len"):
+            SequenceModel(9, 8, 2, max_len=4, positional=positional, device=device)(tokens)
+
+
+@pytest.mark.parametrize("norm", ["pre", None])
+def test_alibi_generation_with_cache(norm, device):
+    """Cached decoding adds the bias of the new tokens, the last rows of the full bias (chapters 8 and 9)."""
+    _seeded()
+    model = SequenceModel(11, 16, 4, 2, max_len=4, causal=True, positional="alibi", norm=norm, device=device, dtype=F64)
+    prompt = torch.randint(11, (3, 3), generator=torch.Generator().manual_seed(0)).to(device)
+    cached = model.generate(prompt, 9, use_cache=True)  # 11 tokens in all, beyond max_len
+    assert torch.equal(cached, model.generate(prompt, 9, use_cache=False))
+    sequence = torch.cat([prompt, cached], dim=1)
+    assert torch.equal(model(sequence[:, :-1])[0][:, 2:].argmax(-1), cached)
+    block, x = model.blocks[0], _randn(3, 7, 16, device=device)
+    cache = attnbook.KVCache(7)
+    steps = [block(x[:, :4], cache=cache)[0]] + [block(x[:, t : t + 1], cache=cache)[0] for t in range(4, 7)]
+    assert_close(torch.cat(steps, dim=1), block(x)[0])
+
+
 # ---------------------------------------------------------------- generation with and without the KV cache
 
 

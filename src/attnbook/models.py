@@ -13,7 +13,8 @@ seconds, not to be fast. Row convention, batch first: token ids (batch, n), hidd
   ``causal=True`` makes it a decoder-only (GPT-style) block.
 * :class:`AttentionOnlyBlock`: the same without the MLP.
 * :class:`DecoderBlock`: causal self-attention, cross-attention to an encoder, an MLP.
-* :class:`SequenceModel`: embedding, optional sinusoidal positions, blocks, output head.
+* :class:`SequenceModel`: embedding, sinusoidal positions, ALiBi biases (chapter 9) or no
+  positions, blocks, output head.
 * :class:`EncoderDecoder`: an encoder and a decoder joined by cross-attention.
 
 Blocks return ``(output, weights)`` like :class:`attnbook.MultiHeadAttention` (the decoder block
@@ -29,7 +30,8 @@ import math
 import torch
 from torch import nn
 
-from .attention import apply_mask
+from .alibi import alibi_bias, alibi_slopes
+from .attention import apply_mask, attention
 from .kv_cache import KVCache
 from .masks import causal_mask
 from .multi_head_attention import MultiHeadAttention, concat_then_project, project_heads
@@ -40,6 +42,7 @@ from .validators import check_divisible, check_mask, check_one_of, check_shapes,
 
 SCORES = ("dot", "additive", "general")
 NORMS = ("pre", "post", None)
+POSITIONALS = ("sinusoidal", "alibi", None)
 _INTEGER_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
@@ -262,17 +265,31 @@ def cross_attention_module(d_model: int, num_heads: int, score: str = "dot", *, 
 
 # the self-attention of one step with a cache: append k_t, v_t, attend with q_t (chapter 8)
 def cached_self_attention(
-    mha: MultiHeadAttention, x: torch.Tensor, cache: KVCache, need_weights: bool = False
+    mha: MultiHeadAttention,
+    x: torch.Tensor,
+    cache: KVCache,
+    need_weights: bool = False,
+    *,
+    slopes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal self-attention of the t new tokens x (batch, t, d_model) over everything in ``cache``
-    (chapter 8): their keys and values are appended first. Returns ``(output (batch, t, d_model),
-    weights (batch, heads, t, len(cache)) or None)``."""
+    (chapter 8): their keys and values are appended first. With ALiBi ``slopes`` (heads,) the
+    scores get :func:`attnbook.alibi_bias` of the new tokens, the last t positions (chapter 9).
+    Returns ``(output (batch, t, d_model), weights (batch, heads, t, len(cache)) or None)``."""
     check_type("cache", cache, KVCache, "attnbook.KVCache")
     H = mha.num_heads
     q = project_heads(x, mha.q_proj.weight, mha.q_proj.bias, H)  # (batch, heads, t, d_head)
     k = project_heads(x, mha.k_proj.weight, mha.k_proj.bias, H)  # (batch, heads, t, d_head)
     v = project_heads(x, mha.v_proj.weight, mha.v_proj.bias, H)  # (batch, heads, t, d_head)
-    heads_out, weights = cache.step(q, k, v, need_weights=need_weights)  # (batch, heads, t, d_head)
+    if slopes is None:
+        heads_out, weights = cache.step(q, k, v, need_weights=need_weights)  # (batch, heads, t, d_head)
+    else:
+        cache.append(k, v)
+        t, length = x.shape[1], len(cache)
+        keep = causal_mask(t, length, align="lower_right", device=x.device)  # (t, len(cache))
+        bias = alibi_bias(t, length, slopes, align="lower_right").masked_fill(~keep, -math.inf)  # (heads, t, len)
+        keys, values = cache.keys, cache.values  # (batch, heads, len(cache), d_head)
+        heads_out, weights = attention(q, keys, values, bias, need_weights=need_weights)  # (batch, heads, t, d_head)
     return concat_then_project(heads_out, mha.out_proj.weight, mha.out_proj.bias), weights  # (batch, t, d_model)
 
 
@@ -296,7 +313,9 @@ class EncoderBlock(nn.Module):
     Without a mask every part acts on rows or is multi-head self-attention, so the block is
     permutation equivariant (chapter 6). ``causal=True`` applies :func:`attnbook.causal_mask` and
     makes it the block of a decoder-only model; only then can it decode with a
-    :class:`attnbook.KVCache`.
+    :class:`attnbook.KVCache`. ``alibi=True`` adds the ALiBi bias of chapter 9 to the scores of
+    head h, :math:`B_{h,ij} = -\mu_h |i - j|` (:func:`attnbook.alibi_bias` with
+    :func:`attnbook.alibi_slopes`), before any mask.
 
     Args:
         d_model: width of the tokens. num_heads: H, must divide d_model.
@@ -304,6 +323,8 @@ class EncoderBlock(nn.Module):
         norm: ``"pre"`` (default), ``"post"`` or None.
         mlp: False for an attention-only block (see :class:`AttentionOnlyBlock`).
         causal: whether token i sees only tokens j <= i.
+        alibi: whether to add the ALiBi bias to the self-attention scores (fixed slopes, not
+            trained; the buffer ``alibi_slopes`` (heads,), None without ALiBi).
 
     Submodules: ``self_attn`` (:class:`attnbook.MultiHeadAttention`), ``mlp``
     (:class:`FeedForward` or None), ``norm1``, ``norm2`` (``nn.LayerNorm`` or ``nn.Identity``).
@@ -318,25 +339,34 @@ class EncoderBlock(nn.Module):
         norm: str | None = "pre",
         mlp: bool = True,
         causal: bool = False,
+        alibi: bool = False,
         device=None,
         dtype=None,
     ) -> None:
         super().__init__()
         check_one_of("norm", norm, NORMS)
         check_sizes(d_model=d_model, d_ff=d_ff)
+        check_type("alibi", alibi, bool)
         factory = {"device": device, "dtype": dtype}
-        self.d_model, self.norm, self.causal = d_model, norm, bool(causal)
+        self.d_model, self.norm, self.causal, self.alibi = d_model, norm, bool(causal), alibi
         self.self_attn = MultiHeadAttention(d_model, num_heads, **factory)
         self.norm1 = _layer_norm(d_model, norm, factory)
         self.mlp = FeedForward(d_model, 4 * d_model if d_ff is None else d_ff, **factory) if mlp else None
         self.norm2 = _layer_norm(d_model, norm, factory) if mlp else None
+        # a buffer, not a parameter: it moves with .to() but is never trained (nor saved)
+        slopes = alibi_slopes(num_heads, **factory) if alibi else None
+        self.register_buffer("alibi_slopes", slopes, persistent=False)
 
     def extra_repr(self) -> str:
-        return f"norm={self.norm!r}, causal={self.causal}"
+        return f"norm={self.norm!r}, causal={self.causal}" + (", alibi=True" if self.alibi else "")
 
     def _self_attention(self, x, mask, need_weights, cache):
         if cache is not None:
-            return cached_self_attention(self.self_attn, x, cache, need_weights)
+            return cached_self_attention(self.self_attn, x, cache, need_weights, slopes=self.alibi_slopes)
+        if self.alibi:
+            n = x.shape[1]
+            bias = alibi_bias(n, n, self.alibi_slopes)[None]  # (1, heads, n, n)
+            mask = bias if mask is None else apply_mask(bias, mask)  # the bias, then the caller's mask
         if self.causal:
             keep = causal_mask(x.shape[1], device=x.device)  # (n, n), True = may attend
             if mask is None:
@@ -523,20 +553,28 @@ class DecoderBlock(nn.Module):
 
 
 class _Embedding(nn.Module):
-    """Token embedding plus (optionally) the sinusoidal encoding of the positions (chapter 5)."""
+    """Token embedding plus (optionally) the sinusoidal encoding of the positions (chapter 5).
+    With ``bounded=False`` (ALiBi, whose biases need no table) sequences may exceed ``max_len``."""
 
-    def __init__(self, vocab_size: int, d_model: int, max_len: int, positional: bool, factory: dict) -> None:
+    def __init__(
+        self, vocab_size: int, d_model: int, max_len: int, positional: bool, factory: dict, *, bounded: bool = True
+    ) -> None:
         super().__init__()
         check_sizes(vocab_size=vocab_size, max_len=max_len)
         self.vocab_size, self.max_len = vocab_size, max_len
-        self.positional = bool(positional)
+        self.positional, self.bounded = bool(positional), bool(bounded)
         self.token = nn.Embedding(vocab_size, d_model, **factory)
         # a buffer, not a parameter: it moves with .to() but is never trained
         self.register_buffer("encoding", sinusoidal_encoding(max_len, d_model, **factory), persistent=False)
 
+    @property
+    def limit(self) -> float:
+        """The longest sequence this embedding accepts: ``max_len``, or no limit when unbounded."""
+        return self.max_len if self.bounded else math.inf
+
     # x_i = E[token_i] + p_{offset + i}
     def forward(self, tokens: torch.Tensor, offset: int = 0, name: str = "tokens") -> torch.Tensor:
-        _check_tokens(name, tokens, self.vocab_size, self.max_len - offset)
+        _check_tokens(name, tokens, self.vocab_size, self.limit - offset)
         x = self.token(tokens)  # (batch, n, d_model)
         if self.positional:
             x = x + self.encoding[offset : offset + tokens.shape[1]]  # (n, d_model), the same for every sequence
@@ -544,22 +582,27 @@ class _Embedding(nn.Module):
 
 
 class SequenceModel(nn.Module):
-    r"""Embedding, optional sinusoidal positions, a stack of blocks, an output head (chapter 7).
+    r"""Embedding, optional positions, a stack of blocks, an output head (chapters 7 and 9).
 
     .. math:: X_0 = E[\text{tokens}] + P, \qquad X_\ell = \operatorname{Block}_\ell(X_{\ell - 1}),
               \qquad \text{logits} = \operatorname{LN}(X_L)\, W_\text{out}^\top + b_\text{out}
 
-    (P only with ``positional=True``; the final LN only with pre-norm). Without positions and
-    without the causal mask every layer is permutation equivariant, and so is the model: it sees
-    its input as a multiset (chapters 5 and 6). With ``causal=True`` it is a decoder-only model
-    that can :meth:`generate`.
+    (P only with sinusoidal positions; the final LN only with pre-norm). With ALiBi, P = 0 and
+    every block adds :math:`-\mu_h |i - j|` to the scores of head h instead (chapter 9). Without
+    positions and without the causal mask every layer is permutation equivariant, and so is the
+    model: it sees its input as a multiset (chapters 5 and 6). With ``causal=True`` it is a
+    decoder-only model that can :meth:`generate`.
 
     Args:
         vocab_size: number of input token ids. d_model, num_heads: width and heads of every block.
         num_layers: number of blocks.
-        max_len: the longest sequence (sizes the positional encoding).
+        max_len: the longest sequence (sizes the positional encoding); with ALiBi, which needs no
+            table, sequences of any length are accepted.
         out_size: number of output classes (default ``vocab_size``).
-        positional: add :func:`attnbook.sinusoidal_encoding` to the embeddings.
+        positional: ``"sinusoidal"`` (or True, the default): add
+            :func:`attnbook.sinusoidal_encoding` to the embeddings; ``"alibi"``: no encoding, the
+            ALiBi bias in every self-attention layer (``EncoderBlock(alibi=True)``); None (or
+            False): no positions.
         causal: causal self-attention in every block.
         mlp: False for attention-only blocks. d_ff, norm: as for :class:`EncoderBlock`.
 
@@ -576,7 +619,7 @@ class SequenceModel(nn.Module):
         *,
         max_len: int = 64,
         out_size: int | None = None,
-        positional: bool = True,
+        positional: bool | str | None = True,
         causal: bool = False,
         mlp: bool = True,
         d_ff: int | None = None,
@@ -586,13 +629,17 @@ class SequenceModel(nn.Module):
     ) -> None:
         super().__init__()
         check_one_of("norm", norm, NORMS)
+        if isinstance(positional, bool):  # the older spelling: True = sinusoidal, False = none
+            positional = "sinusoidal" if positional else None
+        check_one_of("positional", positional, POSITIONALS)
         factory = {"device": device, "dtype": dtype}
         check_sizes(num_layers=num_layers, out_size=out_size)
-        self.causal = bool(causal)
+        self.causal, self.positional = bool(causal), positional
         self.out_size = vocab_size if out_size is None else out_size
-        self.embed = _Embedding(vocab_size, d_model, max_len, positional, factory)
+        alibi = positional == "alibi"
+        self.embed = _Embedding(vocab_size, d_model, max_len, positional == "sinusoidal", factory, bounded=not alibi)
         self.blocks = nn.ModuleList(
-            EncoderBlock(d_model, num_heads, d_ff, norm=norm, mlp=mlp, causal=causal, **factory)
+            EncoderBlock(d_model, num_heads, d_ff, norm=norm, mlp=mlp, causal=causal, alibi=alibi, **factory)
             for _ in range(num_layers)
         )
         self.final_norm = _layer_norm(d_model, norm if norm == "pre" else None, factory)
@@ -615,7 +662,7 @@ class SequenceModel(nn.Module):
         """Logits for every position.
 
         Args:
-            tokens: integer ids (batch, n), n <= max_len.
+            tokens: integer ids (batch, n), n <= max_len (any n with ALiBi).
             mask: optional attention mask for every block (see :meth:`EncoderBlock.forward`).
             need_weights: also return the attention weights.
 
@@ -644,9 +691,9 @@ class SequenceModel(nn.Module):
         if not self.causal:
             raise ValueError("generate needs a causal model (SequenceModel(..., causal=True))")
         check_sizes(steps=steps)
-        _check_tokens("prompt", prompt, self.embed.vocab_size, self.max_len)
+        _check_tokens("prompt", prompt, self.embed.vocab_size, self.embed.limit)
         total = prompt.shape[1] + steps - 1  # the last generated token is never fed back
-        if prompt.shape[1] == 0 or total > self.max_len:
+        if prompt.shape[1] == 0 or total > self.embed.limit:
             raise ValueError(
                 f"need 1 <= prompt length and prompt length + steps - 1 <= max_len = {self.max_len}, "
                 f"got prompt {tuple(prompt.shape)} and steps = {steps}"
