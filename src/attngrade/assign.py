@@ -40,24 +40,9 @@ PACKAGE_DIR = "attnbook_pkg"
 #: the modules of attngrade that the homework tests need where they run (the student's notebook,
 #: otter's autograder): nothing but the standard library and torch
 LIGHT_MODULES = ("__init__.py", "checks.py", "integrity.py")
-_PKG_PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=68", "wheel"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "attnbook"
-version = "{version}"
-description = "The course package, as shipped inside a homework's autograder."
-requires-python = ">=3.10"
-dependencies = ["torch>=2.5", "numpy>=1.24", "pyyaml>=6"]
-
-[tool.setuptools.packages.find]
-where = ["src"]
-
-[tool.setuptools.package-data]
-attngrade = ["*.json"]
-"""
+#: the repository's own packaging files, copied with the package: ``attnbook`` installs light
+#: (torch, numpy, matplotlib), so the autograder installs it from the same pyproject.toml
+PACKAGING_FILES = ("pyproject.toml", "README.md")
 
 
 def _package_copy(hw: Homework) -> Path:
@@ -76,7 +61,11 @@ def _package_copy(hw: Homework) -> Path:
         shutil.copy2(grade_src / name, grade_dst / name)
     write_integrity_file(grade_dst, hw.name, hw.forbidden, name="_integrity.json")
     write_integrity_file(target, hw.name, hw.forbidden)
-    (target / "pyproject.toml").write_text(_PKG_PYPROJECT.format(version=attnbook.__version__), encoding="utf-8")
+    repository = src.parents[1]  # src/attnbook -> the checkout
+    for name in PACKAGING_FILES:
+        if not (repository / name).exists():
+            raise FileNotFoundError(f"{repository / name} is missing: build the homework from the course's checkout")
+        shutil.copy2(repository / name, target / name)
     return target
 
 
