@@ -30,10 +30,10 @@ $(VENV)/.installed: pyproject.toml
 book: setup  ## build the website into _build/html (strict: any warning fails)
 	$(BIN)/jupyter-book build -W -n --keep-going .
 
-# parallel test workers (pytest-xdist); the chapters and the book build share one, in order
+# parallel test workers (pytest-xdist), each taking whole files; the book build waits for the chapters
 TEST_JOBS ?= 2
 test: lint  ## the whole check: lint, every chapter (nbval, once), the package, homework and grader tests, the strict book build and the browser tests
-	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
 
 test-quick: setup  ## the package's own tests only (no chapters, homework, grader or website): the inner loop
 	$(BIN)/python -m pytest tests -q -m "not course"

@@ -26,8 +26,9 @@ BOOK = Path(__file__).parent / "book"
 ROOT = Path(__file__).parent
 #: where the book build (jupyter-book, execute_notebooks: cache) keeps executed notebooks
 EXECUTION_CACHE = ROOT / "_build" / ".jupyter_cache"
+
 sys.path.insert(0, str(BOOK / "_ext"))
-from chapters import is_chapter  # noqa: E402  (book/_ext/chapters.py, shared with the book build)
+from chapters import finished_folder, is_chapter  # noqa: E402  (book/_ext/chapters.py, shared with the book build)
 
 
 class MySTChapter(pytest.File):
@@ -64,8 +65,13 @@ def executed_chapter_class():  # nbval is imported only when a chapter is collec
         def teardown(self):
             super().teardown()
             ran = [getattr(item, "test_outputs", None) is not None for item in self.cell_items]
-            if self.cell_items and all(ran) and not self.failed and not getattr(self, "timed_out", False):
-                store_in_execution_cache(self.parent.path, [item.test_outputs for item in self.cell_items])
+            try:
+                if self.cell_items and all(ran) and not self.failed and not getattr(self, "timed_out", False):
+                    store_in_execution_cache(self.parent.path, [item.test_outputs for item in self.cell_items])
+            finally:
+                done = finished_folder(ROOT)  # the book build may wait for it (tests/test_site.py)
+                done.mkdir(parents=True, exist_ok=True)
+                (done / self.parent.path.name).touch()
 
     return ExecutedChapter
 
@@ -116,17 +122,3 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     if file_path.suffix == ".md" and BOOK in file_path.parents and is_chapter(file_path):
         return MySTChapter.from_parent(parent, path=file_path)
     return None
-
-
-def pytest_collection_modifyitems(config, items):
-    """Groups for ``pytest -n 2 --dist loadgroup`` (``make test``): the chapters, then the strict
-    book build and the browser tests, in one worker and in this order (the build reuses the
-    chapters' outputs); every other test module whole in one worker (module fixtures, such as a
-    homework graded once, are not computed twice)."""
-    for item in items:
-        path = Path(str(item.path))
-        if BOOK in path.parents or path.name in ("test_site.py", "test_jupyterlab.py"):
-            group = "book"
-        else:
-            group = path.stem
-        item.add_marker(pytest.mark.xdist_group(group))

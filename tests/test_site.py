@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -67,8 +68,22 @@ def toc_pages() -> list[str]:
 PAGES = toc_pages()
 
 
+def _wait_for_the_chapters(session, timeout: float = 900.0) -> None:
+    """With pytest-xdist (``make test``), chapters run in the other worker too: wait until every
+    chapter of this run has finished (conftest.py marks each), so the build finds their outputs."""
+    if "PYTEST_XDIST_TESTRUNUID" not in os.environ:
+        return  # one process: the chapters (collected first) have run already
+    from chapters import finished_folder  # book/_ext, put on the path by conftest.py
+
+    chapters = {item.nodeid.split("::")[0].split("/")[-1] for item in session.items if item.nodeid.startswith("book/")}
+    folder = finished_folder(ROOT)
+    deadline = time.monotonic() + timeout
+    while not all((folder / name).exists() for name in chapters) and time.monotonic() < deadline:
+        time.sleep(1.0)
+
+
 @pytest.fixture(scope="session")
-def built_site() -> Path:
+def built_site(request) -> Path:
     """The site, built strictly (``jupyter-book build -W -n --keep-going``: any warning fails).
 
     Run after the chapters (pytest collects ``book/`` first), the build reuses the outputs nbval
@@ -79,6 +94,7 @@ def built_site() -> Path:
         if not (SITE / "index.html").exists():
             pytest.fail(f"ATTNBOOK_SITE={SITE} holds no built site (index.html)")
         return SITE
+    _wait_for_the_chapters(request.session)
     build = subprocess.run(
         [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "-n", "--keep-going", str(ROOT)],
         cwd=ROOT,
