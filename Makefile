@@ -23,6 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -c "import matplotlib.pyplot"  # builds matplotlib's font cache now, not in a chapter's output
 	mkdir -p $(VENV)/share/jupyter/lab/settings
 	cp book/_static/jupyterlab-overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $@

@@ -316,6 +316,8 @@ def test_chapter_links_reference_pages_and_has_exercises(built_site, name):
     assert 'href="notation.html' in main, f"{name}: no link to the notation page"
     assert 'href="glossary.html"' in main or 'href="glossary.html#' in main, f"{name}: no link to the glossary"
     assert re.search(r'href="glossary\.html#term-[^"]+"', main), f"{name}: no glossary term is linked"
+    # nothing a reader should not see: warnings or log lines on stderr (e.g. matplotlib's font cache)
+    assert 'class="output stderr' not in main, f"{name}: a cell printed to stderr"
     exercises = len(re.findall(r'<div class="exercise admonition"', main))
     solutions = len(re.findall(r'<div class="solution[^"]*dropdown', main))
     assert exercises >= 2, f"{name}: {exercises} exercises (expected at least 2)"
