@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .validators import check_sizes
+
 #: targets equal to this are not scored (the ``ignore_index`` of ``cross_entropy``)
 IGNORE = -100
 
@@ -56,10 +58,7 @@ class Batch:
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    check_sizes(minimum=minimum, **{name: value})
     return value
 
 

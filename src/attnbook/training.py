@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .tasks import IGNORE, Batch
+from .validators import check_sizes
 
 
 def _check_logits_targets(logits: object, targets: object) -> None:
@@ -152,12 +153,7 @@ def train(
     Returns:
         a :class:`History`.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
-    if record_every is not None and (
-        isinstance(record_every, bool) or not isinstance(record_every, int) or record_every < 1
-    ):
-        raise ValueError(f"record_every must be an int >= 1 or None, got {record_every!r}")
+    check_sizes(steps=steps, record_every=record_every)  # positive ints (record_every may be None)
     if not callable(task):
         raise TypeError(f"task must be callable as task(batch_size, generator, device), got {type(task).__name__}")
     parameters = [p for p in model.parameters() if p.requires_grad]
