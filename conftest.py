@@ -122,27 +122,3 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     if file_path.suffix == ".md" and BOOK in file_path.parents and is_chapter(file_path):
         return MySTChapter.from_parent(parent, path=file_path)
     return None
-
-
-#: test files that take minutes (grading hundreds of notebooks, otter's own runs): run first, so that
-#: with two workers (``make test``) they overlap with everything else instead of finishing last
-SLOW_FIRST = (
-    "tests/test_mutations.py",
-    "tests/test_grader_concurrency.py",
-    "tests/test_grader_isolation.py",
-    "tests/test_grading_cli.py",
-    "tests/test_gradescope.py",
-    "tests/test_homework.py",
-)
-#: the strict book build and the browser tests: last (the build reuses the chapters' outputs)
-LAST = ("tests/test_site.py", "tests/test_jupyterlab.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    def rank(item) -> int:
-        module = item.nodeid.split("::")[0]
-        if module in SLOW_FIRST:
-            return SLOW_FIRST.index(module)
-        return len(SLOW_FIRST) + (1 if module in LAST else 0)
-
-    items.sort(key=rank)  # stable: the order within each file, and of the chapters, is kept
