@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
+import zipfile
 from pathlib import Path
 
 from attngrade.assign import build
 from attngrade.homework import Homework, all_homework
+from attngrade.integrity import INTEGRITY_FILE
 
 _lock = threading.Lock()
 _built: list[Homework] | None = None
@@ -39,7 +42,7 @@ def _build_lock():
 def _build(stale: list[Homework]) -> None:
     problems = build(stale, verify=False, otter_tests=False)
     if problems:  # another process may have been building the same folder: once more, alone
-        still = [hw for hw in stale if not hw.is_built()]
+        still = [hw for hw in stale if not is_current(hw)]
         problems = build(still, verify=False, otter_tests=False) if still else []
     assert not problems, "\n".join(problems)
 
@@ -54,7 +57,7 @@ def built_homework() -> list[Homework]:
     with _build_lock():
         if _built is None:
             homeworks = all_homework()
-            stale = [hw for hw in homeworks if not hw.is_built()]
+            stale = [hw for hw in homeworks if not is_current(hw)]
             if stale:
                 _build(stale)
             _built = homeworks
@@ -73,7 +76,7 @@ def homework(name: str) -> Homework:
             if not matches:
                 raise KeyError(name)
             hw = matches[0]
-            if not hw.is_built():
+            if not is_current(hw):
                 _build([hw])
             _one[name] = hw
         return _one[name]
@@ -137,3 +140,30 @@ def user_namespace_available() -> str | None:
 
 def running_as_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def autograder_zip(hw: Homework) -> Path | None:
+    zips = sorted((hw.dist / "autograder").glob(f"{hw.name}-autograder_*.zip"))
+    return zips[-1] if zips else None
+
+
+def is_current(hw: Homework) -> bool:
+    """Built (dist/ newer than the master and grading.yml), and its autograder zip ships the
+    integrity list and today's attngrade.checks / attngrade.integrity. One criterion for every
+    worker: a homework found stale is rebuilt once, under the lock, before anyone grades with it."""
+    if not hw.is_built():
+        return False
+    path = autograder_zip(hw)
+    if path is None:
+        return False
+    src = Path(__file__).resolve().parents[1] / "src" / "attngrade"
+    with zipfile.ZipFile(path) as z:
+        names = set(z.namelist())
+        if f"files/attnbook_pkg/{INTEGRITY_FILE}" not in names:
+            return False
+        for module in ("checks.py", "integrity.py"):
+            name = f"files/attnbook_pkg/src/attngrade/{module}"
+            if name not in names or z.read(name) != (src / module).read_bytes():
+                return False
+        listed = json.loads(z.read(f"files/attnbook_pkg/{INTEGRITY_FILE}"))["forbidden"]
+    return listed == hw.forbidden

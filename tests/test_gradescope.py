@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,43 +20,16 @@ import pytest
 from attngrade.homework import Homework
 from attngrade.integrity import INTEGRITY_FILE
 
-from .homework_support import _build, _build_lock, bwrap_available, homework
+from .homework_support import autograder_zip, bwrap_available, homework, is_current
 
 HW = "hw02"
 FULL = {"q1": 4.0, "q2": 3.0, "q3": 6.0, "q4": 4.0}
 
 
-def _zip(hw: Homework) -> Path | None:
-    zips = sorted((hw.dist / "autograder").glob(f"{hw.name}-autograder_*.zip"))
-    return zips[-1] if zips else None
-
-
-def _zip_is_current(hw: Homework) -> bool:
-    """The zip ships the integrity list and today's attngrade.checks / attngrade.integrity."""
-    path = _zip(hw)
-    if path is None:
-        return False
-    src = Path(__file__).resolve().parents[1] / "src" / "attngrade"
-    with zipfile.ZipFile(path) as z:
-        names = set(z.namelist())
-        if f"files/attnbook_pkg/{INTEGRITY_FILE}" not in names:
-            return False
-        for module in ("checks.py", "integrity.py"):
-            name = f"files/attnbook_pkg/src/attngrade/{module}"
-            if name not in names or z.read(name) != (src / module).read_bytes():
-                return False
-        listed = json.loads(z.read(f"files/attnbook_pkg/{INTEGRITY_FILE}"))["forbidden"]
-    return listed == hw.forbidden
-
-
 @pytest.fixture(scope="module")
 def hw02() -> Homework:
-    hw = homework(HW)  # built if missing or older than the master (python -m attngrade.assign's build)
-    if not _zip_is_current(hw):
-        with _build_lock():
-            if not _zip_is_current(hw):
-                _build([hw])
-    assert _zip_is_current(hw), "the autograder zip lacks the integrity list or attngrade's light modules"
+    hw = homework(HW)  # built if missing or stale (homework_support.is_current)
+    assert is_current(hw), "the autograder zip lacks the integrity list or attngrade's light modules"
     assert (hw.student_notebook.parent / INTEGRITY_FILE).exists(), "the student folder lacks the list"
     return hw
 
@@ -130,7 +102,7 @@ def _otter_run(zip_path: Path, notebook: Path) -> dict[str, float]:
 def graded(hw02: Homework, tmp_path_factory) -> dict[str, dict]:
     folder = tmp_path_factory.mktemp("gradescope")
     notebooks = _notebooks(hw02, folder)
-    zip_path = _zip(hw02)
+    zip_path = autograder_zip(hw02)
     with ThreadPoolExecutor(max_workers=3) as pool:
         runs = dict(zip(notebooks, pool.map(lambda nb: _otter_run(zip_path, nb), notebooks.values())))
     return {"notebooks": notebooks, **runs}
