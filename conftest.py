@@ -122,3 +122,32 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     if file_path.suffix == ".md" and BOOK in file_path.parents and is_chapter(file_path):
         return MySTChapter.from_parent(parent, path=file_path)
     return None
+
+
+#: Files run longest first after the chapters (the book build in tests/test_site.py waits for
+#: them), so that under ``make test`` (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``:
+#: whole files, in this order) the two workers finish together instead of one idling while the
+#: other runs a long file it picked up last. The chapter of trained models is the longest one.
+FIRST = ["book/07_attention_at_work.md", "book/"]
+LONGEST_FIRST = [
+    "tests/test_site.py",
+    "tests/test_mutations.py",
+    "tests/test_grader_concurrency.py",
+    "tests/test_grader_isolation.py",
+    "tests/test_grading_cli.py",
+    "tests/test_homework.py",
+    "tests/test_gradescope.py",
+    "tests/test_jupyterlab.py",
+    "tests/test_grader_habits.py",
+    "tests/test_release.py",
+]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    order = FIRST + LONGEST_FIRST
+
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        return next((k for k, prefix in enumerate(order) if path.startswith(prefix)), len(order))
+
+    items.sort(key=rank)  # stable: within a file, and among the other files, pytest's order

@@ -94,7 +94,9 @@ def test_safe_shift_and_rescale_factor_at_minus_infinity(device):
     # nothing unmasked yet on either side: the factor is 0, not nan
     assert rescale_factor(m[:1], m[:1]).item() == 0.0
     assert rescale_factor(m[:1], m[1:]).item() == 0.0
-    assert math.isclose(rescale_factor(torch.tensor([1.0], dtype=torch.float64), m[1:]).item(), math.exp(-2))
+    assert math.isclose(
+        rescale_factor(torch.tensor([1.0], dtype=torch.float64, device=device), m[1:]).item(), math.exp(-2)
+    )
 
 
 def test_a_wrong_rescaling_is_caught(device):

@@ -222,11 +222,10 @@ def test_page_renders_offline(browser, site_url, index):
         )
         if index + 1 < len(PAGES):
             assert links.get("next", "").endswith(f"/{PAGES[index + 1]}.html"), (name, links)
-            page.click("a.right-next")
-            page.wait_for_url(f"**/{PAGES[index + 1]}.html")
-            page.go_back()
         if index > 0:
             assert links.get("prev", "").endswith(f"/{PAGES[index - 1]}.html"), (name, links)
+        for href in links.values():  # each leads to a page the server has (that page is opened by its own test)
+            assert page.request.get(href).status == 200, f"{name}: {href} does not load"
         assert log.problems == [], f"{name}: {log.problems}"
     finally:
         context.close()

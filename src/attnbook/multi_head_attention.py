@@ -17,6 +17,7 @@ agree. Weight matrices are stored as in ``torch.nn.Linear`` (out_features, in_fe
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .attention import attention
@@ -93,9 +94,7 @@ def project_heads(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
         bias=(bias, "(num_heads * d_head,)"),
         num_heads=num_heads,
     )
-    y = x @ weight.T  # (..., n, d_in) @ (d_in, heads * d_head) -> (..., n, heads * d_head)
-    if bias is not None:
-        y = y + bias  # (..., n, heads * d_head)
+    y = F.linear(x, weight, bias)  # X W^T + b: (..., n, d_in) @ (d_in, heads * d_head) -> (..., n, heads * d_head)
     return split_heads(y, num_heads)  # (..., heads, n, d_head)
 
 
@@ -137,8 +136,8 @@ def concat_then_project(heads_out: torch.Tensor, W_o: torch.Tensor, b_o: torch.T
     check_shapes(
         heads_out=(heads_out, "(..., heads, n, d_head)"), W_o=(W_o, "(d_out, heads * d_head)"), b_o=(b_o, "(d_out,)")
     )
-    y = merge_heads(heads_out) @ W_o.T  # (..., n, heads * d_head) @ (heads * d_head, d_out) -> (..., n, d_out)
-    return y if b_o is None else y + b_o
+    # [O^1 | ... | O^H] W_o^T + b_o: (..., n, heads * d_head) @ (heads * d_head, d_out) -> (..., n, d_out)
+    return F.linear(merge_heads(heads_out), W_o, b_o)
 
 
 # Y = sum_h O^h W_o^{h T} + b_o,   W_o^h = W_o[:, h * d_head : (h + 1) * d_head]

@@ -69,31 +69,48 @@ def _package_copy(hw: Homework) -> Path:
     return target
 
 
-def run_otter_assign(hw: Homework, run_tests: bool = True) -> tuple[bool, str]:
-    """``otter assign`` for one homework (in its own process); (ok, log).
+def run_otter_assign(homeworks: list[Homework], run_tests: bool = True) -> list[tuple[bool, str]]:
+    """``otter assign`` for a group of homework, in one process of its own (see
+    :mod:`attngrade.otter_batch`); ``(ok, log)`` for each.
 
     With ``run_tests`` otter also grades the solutions with its own runner and fails unless they
     get full marks; the class grader's check (:func:`solutions_full_marks`) runs in any case.
     """
-    shutil.rmtree(hw.dist, ignore_errors=True)
-    pkg = _package_copy(hw)
-    flags = ["--no-pdfs"] + ([] if run_tests else ["--no-run-tests"])
+    from .otter_batch import split_log
+
+    packages = []
+    for hw in homeworks:
+        shutil.rmtree(hw.dist, ignore_errors=True)
+        packages.append(_package_copy(hw))
+    flags = [] if run_tests else ["--no-run-tests"]
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "otter", "assign", *flags, hw.master.name, "dist"],
-            cwd=hw.folder,
-            capture_output=True,
+            [
+                sys.executable,
+                "-u",
+                "-m",
+                "attngrade.otter_batch",
+                *flags,
+                *(str(hw.master.resolve()) for hw in homeworks),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
-            timeout=900,
+            timeout=900 * len(homeworks),
         )
     finally:
-        shutil.rmtree(pkg, ignore_errors=True)
-    log = (proc.stdout + proc.stderr).strip()
-    ok = proc.returncode == 0 and hw.student_notebook.exists() and hw.autograder_notebook.exists()
-    if ok:  # grader.check in the student's notebook applies the same integrity rule
-        write_integrity_file(hw.student_notebook.parent, hw.name, hw.forbidden)
-        write_integrity_file(hw.autograder_notebook.parent, hw.name, hw.forbidden)
-    return ok, log
+        for pkg in packages:
+            shutil.rmtree(pkg, ignore_errors=True)
+    logs = split_log(proc.stdout)
+    outcomes = []
+    for hw in homeworks:
+        ok, log = logs.get(str(hw.master.resolve()), (False, proc.stdout[-4000:]))
+        ok = ok and hw.student_notebook.exists() and hw.autograder_notebook.exists()
+        if ok:  # grader.check in the student's notebook applies the same integrity rule
+            write_integrity_file(hw.student_notebook.parent, hw.name, hw.forbidden)
+            write_integrity_file(hw.autograder_notebook.parent, hw.name, hw.forbidden)
+        outcomes.append((ok, log.strip()))
+    return outcomes
 
 
 _SOLUTION_LINE = re.compile(r"#\s*SOLUTION\s*$")
@@ -163,14 +180,18 @@ def solutions_full_marks(hw: Homework) -> list[str]:
 def build(
     homeworks: list[Homework], jobs: int | None = None, *, verify: bool = True, otter_tests: bool = True
 ) -> list[str]:
-    """Build ``homeworks`` (otter assign in parallel), then verify; return the problems found."""
+    """Build ``homeworks`` (otter assign, in ``jobs`` processes), then verify; return the problems found."""
     import os
 
-    jobs = max(1, jobs or os.cpu_count() or 1)
+    # one process per group (otter's import is most of the cost of a build), the groups in parallel
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(homeworks)))
+    groups = [homeworks[i::jobs] for i in range(jobs)]
     problems: list[str] = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        outcomes = list(pool.map(lambda hw: run_otter_assign(hw, otter_tests), homeworks))
-    for hw, (ok, log) in zip(homeworks, outcomes):
+        grouped = list(pool.map(lambda group: run_otter_assign(group, otter_tests), groups))
+    outcomes = {hw.name: outcome for group, results in zip(groups, grouped) for hw, outcome in zip(group, results)}
+    for hw in homeworks:
+        ok, log = outcomes[hw.name]
         if not ok:
             problems.append(f"{hw.name}: otter assign failed (do the solutions pass their tests?)\n{log[-4000:]}")
     if verify:

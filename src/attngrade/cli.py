@@ -34,7 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
         "or one folder NAME/ per student; NAME is the student",
     )
     p.add_argument("-o", "--out", default=None, help="output folder (default: grades/<homework>)")
-    p.add_argument("-j", "--jobs", type=int, default=None, help="parallel sandboxes (default: all cores)")
+    p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=None,
+        help="parallel sandboxes (default: all cores, and at most one per 8 submissions)",
+    )
     p.add_argument(
         "--only",
         nargs="+",

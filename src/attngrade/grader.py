@@ -13,11 +13,13 @@ by what the code names. Submissions are graded in parallel, one thread driving o
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import shutil
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -30,6 +32,9 @@ from .homework import Homework, Question, TestCaseSpec
 from .notebook import SubmissionError, read_submission, submission_name
 from .sandbox import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Session, Worker, find_bwrap
 from .view import build_view, hidden_paths
+
+#: without an explicit number of jobs, a batch of n submissions runs in ceil(n / 8) sandboxes at most
+SUBMISSIONS_PER_SANDBOX = 8
 
 
 @dataclass
@@ -196,6 +201,7 @@ class Grader:
         self.homework = homework
         self.questions = homework.questions()
         self.jobs = max(1, jobs or os.cpu_count() or 1)
+        self._jobs_chosen = jobs is not None  # else a small batch starts fewer sandboxes (_grade_items)
         self.limits = {**homework.limits, **(limits or {})}
         self.sandbox = sandbox
         self.static_checks = static_checks
@@ -203,7 +209,8 @@ class Grader:
         self.warnings: list[str] = []
         self._root: Path | None = None
         self._view = None
-        self._workers: queue.Queue[Worker] = queue.Queue()
+        # last in, first out: a sandbox that is running is used again before one is started
+        self._workers: queue.LifoQueue[Worker] = queue.LifoQueue()
         self._all_workers: list[Worker] = []
         # one pool for the grader's whole life: bubblewrap's --die-with-parent follows the thread
         # that started a sandbox, so a sandbox started by a thread that ends would end with it
@@ -222,7 +229,7 @@ class Grader:
             self._pool.shutdown(wait=True)
             self._pool = None
         self._all_workers = []
-        self._workers = queue.Queue()
+        self._workers = queue.LifoQueue()
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
@@ -245,6 +252,7 @@ class Grader:
                 tmp_mb=int(self.limits.get("tmp_mb", 64)),
             )
             self._all_workers.append(w)
+        for w in reversed(self._all_workers):  # the first worker (started below) comes out first
             self._workers.put(w)
         self._pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="attngrade")
         # start one worker now: a machine where bubblewrap cannot work fails here, loudly
@@ -306,11 +314,18 @@ class Grader:
 
     def _grade_items(self, items: list[tuple[str, list[str], str]], *, progress: bool) -> list[SubmissionResult]:
         self._ensure_started()
+        # starting a sandbox costs seconds (torch, matplotlib, the guard's first use), as much as
+        # grading several ordinary submissions: unless told how many, a small batch uses fewer
+        parallel = self.jobs
+        if not self._jobs_chosen:
+            parallel = min(self.jobs, math.ceil(len(items) / SUBMISSIONS_PER_SANDBOX))
+        slots = threading.Semaphore(max(1, parallel))
 
         def one(item: tuple[str, list[str], str]) -> SubmissionResult:
             name, cells, path = item
             try:
-                return self._grade_one(name, cells, path)
+                with slots:
+                    return self._grade_one(name, cells, path)
             except SandboxUnavailable:
                 raise
             except Exception:  # a bug of the grader, not the student's: say so
