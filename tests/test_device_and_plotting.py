@@ -65,8 +65,9 @@ def test_heatmap_errors():
 
 
 def test_use_style_sets_the_course_style():
-    plotting.use_style()
-    assert matplotlib.rcParams["axes.spines.top"] is False
+    with matplotlib.rc_context():  # the style is global: leave it to this test (other tests draw after it)
+        plotting.use_style()
+        assert matplotlib.rcParams["axes.spines.top"] is False
 
 
 def test_distribution_bar():

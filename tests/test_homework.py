@@ -161,3 +161,52 @@ def test_assign_command_fails_when_a_solution_fails_its_tests(tmp_path):
     )
     assert proc.returncode != 0
     assert "hw00" in proc.stderr and ("otter assign failed" in proc.stderr or "solutions get" in proc.stderr)
+
+
+def test_batch_log_gives_each_homework_its_own_log_and_verdict():
+    """One process builds a group of homework (attngrade.otter_batch); its output is split per
+    master, and a master whose build died with the process counts as failed."""
+    from attngrade.otter_batch import MARK, split_log
+
+    output = "\n".join(
+        [
+            "a line before any master",
+            f"{MARK}START /x/hw00.ipynb",
+            "Generating views",
+            f"{MARK}OK /x/hw00.ipynb",
+            f"{MARK}START /x/hw01.ipynb",
+            "Traceback (most recent call last):",
+            "ValueError: no tests",
+            f"{MARK}FAILED /x/hw01.ipynb",
+            f"{MARK}START /x/hw02.ipynb",
+            "Generating views",  # and then the process was killed
+        ]
+    )
+    logs = split_log(output)
+    assert logs == {
+        "/x/hw00.ipynb": (True, "Generating views"),
+        "/x/hw01.ipynb": (False, "Traceback (most recent call last):\nValueError: no tests"),
+        "/x/hw02.ipynb": (False, "Generating views"),
+    }
+
+
+def test_a_master_that_breaks_otter_fails_alone_in_its_batch(tmp_path):
+    """Two homework built by one otter process: the broken master is reported, the other built."""
+    from attngrade.assign import build
+
+    good, bad = (
+        load_homework(
+            shutil.copytree(
+                homework(n).folder, tmp_path / homework(n).folder.name, ignore=shutil.ignore_patterns("dist")
+            )
+        )
+        for n in ("hw00", "hw01")
+    )
+    nb = json.loads(bad.master.read_text(encoding="utf-8"))
+    nb["cells"][0]["source"] = "# ASSIGNMENT CONFIG\nname: [unclosed\n"  # YAML otter cannot read
+    bad.master.write_text(json.dumps(nb), encoding="utf-8")
+    problems = build([good, bad], jobs=1, verify=False, otter_tests=False)
+    assert len(problems) == 1 and problems[0].startswith("hw01: otter assign failed"), problems
+    assert "Traceback" in problems[0], "the failed master's own log is in its problem"
+    assert good.student_notebook.exists() and good.autograder_notebook.exists()
+    assert not bad.student_notebook.exists()

@@ -38,7 +38,16 @@ from .multi_head_attention import MultiHeadAttention, concat_then_project, proje
 from .positional_encoding import sinusoidal_encoding
 from .scoring import additive_scores, general_scores
 from .softmax import softmax
-from .validators import check_divisible, check_mask, check_one_of, check_shapes, check_sizes, check_type, skip_checks
+from .validators import (
+    check_divisible,
+    check_index,
+    check_mask,
+    check_one_of,
+    check_shapes,
+    check_sizes,
+    check_type,
+    skip_checks,
+)
 
 SCORES = ("dot", "additive", "general")
 NORMS = ("pre", "post", None)
@@ -878,8 +887,7 @@ class EncoderDecoder(nn.Module):
         check_sizes(steps=steps)
         if steps > self.max_len:
             raise ValueError(f"steps = {steps} exceeds max_len = {self.max_len}")
-        if isinstance(bos, bool) or not isinstance(bos, int) or not 0 <= bos < self.tgt_embed.vocab_size:
-            raise ValueError(f"bos must be a token id in [0, {self.tgt_embed.vocab_size}), got {bos!r}")
+        check_index("bos", bos, self.tgt_embed.vocab_size, "a token id")
         if self.tgt_embed.vocab_size < self.out_size:
             raise ValueError(
                 f"cannot feed back outputs: out_size = {self.out_size} > tgt_vocab = {self.tgt_embed.vocab_size}"
@@ -918,13 +926,11 @@ def ablate_head(model: nn.Module, layer: int, head: int, *, attention: str = "se
     ``attention`` names the attention of that block (``"self_attn"`` or ``"cross_attn"``).
     """
     blocks = _blocks(model)
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < len(blocks):
-        raise ValueError(f"layer must be an int in [0, {len(blocks)}), got {layer!r}")
+    check_index("layer", layer, len(blocks))
     mha = getattr(blocks[layer], attention, None)
     if not isinstance(mha, (MultiHeadAttention, ScoredAttention)):
         raise ValueError(f"block {layer} has no attention named {attention!r}")
-    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < mha.num_heads:
-        raise ValueError(f"head must be an int in [0, {mha.num_heads}), got {head!r}")
+    check_index("head", head, mha.num_heads)
     ablated = copy.deepcopy(model)
     columns = slice(head * mha.head_dim, (head + 1) * mha.head_dim)  # the block W_o^h of W_o
     with torch.no_grad():

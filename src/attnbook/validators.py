@@ -23,7 +23,7 @@ The validators:
 * :func:`check_attention_inputs`: ``(query, key, value, mask)`` of attention and its siblings;
 * :func:`check_mask`: an attention mask (boolean keep-mask or additive float mask) against the
   score shape;
-* :func:`check_sizes`, :func:`check_divisible`: counts and widths (ints);
+* :func:`check_sizes`, :func:`check_divisible`, :func:`check_index`: counts, widths and indices (ints);
 * :func:`check_number`, :func:`check_reals`, :func:`check_dtype`, :func:`check_type`,
   :func:`check_one_of`, :func:`check_values`: other arguments;
 * :func:`check_lengths`, :func:`check_permutation`: lists of indices;
@@ -49,6 +49,7 @@ __all__ = [
     "check_mask",
     "check_sizes",
     "check_divisible",
+    "check_index",
     "check_number",
     "check_reals",
     "check_dtype",
@@ -358,6 +359,12 @@ def check_sizes(*, minimum: int = 1, **sizes: object) -> None:
         if value < minimum:
             need = "> 0 (a positive int)" if minimum == 1 else f">= {minimum}"
             raise ValueError(f"{name} must be {need}, got {value}")
+
+
+def check_index(name: str, value: object, size: int, what: str = "an int") -> None:
+    """Raise ``ValueError`` unless ``value`` is an int in [0, size) (a layer, a head, a token id)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
+        raise ValueError(f"{name} must be {what} in [0, {size}), got {value!r}")
 
 
 def check_divisible(name: str, value: int, by: int, by_name: str | None = None, why: str = "") -> None:

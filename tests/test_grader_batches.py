@@ -1,0 +1,60 @@
+"""How many sandboxes a batch uses: one per eight submissions at most, unless the caller says how
+many (``jobs``); a sandbox that is running is used again before another is started.
+
+The sandboxes here are stand-ins (starting a real one costs seconds; the other grader tests start
+real ones): ``Worker.start`` does nothing and ``grade_cells`` records which worker graded what.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from attngrade import grader as grading
+from attngrade.grader import SUBMISSIONS_PER_SANDBOX, Grader, SubmissionResult
+
+from .homework_support import homework
+
+
+@pytest.fixture
+def used(monkeypatch) -> dict[str, int]:
+    """Submission name -> id of the worker that graded it (no sandbox is started)."""
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def fake_grade(cells, questions, hw, *, worker, name, **_):
+        with lock:
+            seen[name] = id(worker)
+        time.sleep(0.1)  # long enough for the threads to overlap
+        return SubmissionResult(name, "")
+
+    monkeypatch.setattr(grading.Worker, "start", lambda self: None)
+    monkeypatch.setattr(grading, "grade_cells", fake_grade)
+    return seen
+
+
+def _grade(n: int, jobs: int | None, cpus: int, monkeypatch) -> list[SubmissionResult]:
+    monkeypatch.setattr(grading.os, "cpu_count", lambda: cpus)
+    with Grader(homework("hw00"), jobs=jobs) as g:
+        return g.grade_sources([(f"s{k:02d}", ["x = 1"]) for k in range(n)])
+
+
+@pytest.mark.parametrize(
+    "n,jobs,cpus,sandboxes",
+    [
+        (3, None, 4, 1),  # a few late submissions: one sandbox, not four
+        (SUBMISSIONS_PER_SANDBOX, None, 4, 1),
+        (SUBMISSIONS_PER_SANDBOX + 1, None, 4, 2),
+        (40, None, 4, 4),  # a class: every core
+        (40, None, 1, 1),
+        (3, 2, 4, 2),  # told how many: that many (the concurrency tests rely on it)
+        (1, 3, 4, 1),  # never more than the submissions
+    ],
+)
+def test_sandboxes_per_batch(used, monkeypatch, n, jobs, cpus, sandboxes):
+    results = _grade(n, jobs, cpus, monkeypatch)
+    assert [r.submission for r in results] == [f"s{k:02d}" for k in range(n)], "results keep the input order"
+    assert len(used) == n
+    assert len(set(used.values())) == sandboxes, f"{n} submissions, jobs={jobs}, {cpus} cores"
