@@ -47,6 +47,7 @@ def tolerances(dtype: torch.dtype) -> dict[str, float]:
 COURSE_MODULES = {
     "test_checks",
     "test_gradescope",
+    "test_grader_batches",
     "test_grader_concurrency",
     "test_grader_habits",
     "test_grader_isolation",

@@ -180,6 +180,22 @@ def _scripted_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.T
     return F.scaled_dot_product_attention(q, k, v)
 
 
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_fused_kernel_reached_from_torch_compile(guard: Guard, backend: str) -> None:
+    """A compiled answer still runs the fused kernel through the dispatcher, where the guard's mode
+    sees it (the mode does without PyTorch's dynamo shim, see integrity._mode_classes)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(_scripted_sdpa, backend=backend)
+    q, k, v = (t[None, None].float() for t in (Q, K, V))
+    assert "torch.nn.functional.scaled_dot_product_attention" in ran(guard, compiled, q, k, v)
+    guard.reset()
+    with guard.watch():  # an honest compiled answer is not flagged
+        torch.compile(lambda q, k: (q @ k.transpose(-2, -1)).softmax(-1), backend=backend)(q, k)
+    assert guard.hits == []
+
+
 def test_native_multi_head_attention_fast_path(guard: Guard) -> None:
     mha = torch.nn.MultiheadAttention(4, 2, batch_first=True).eval()
     x = torch.randn(1, 3, 4)

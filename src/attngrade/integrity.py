@@ -455,7 +455,7 @@ def _mode_classes() -> tuple:
     """The two torch modes (classes made once: making a class costs more than a small call)."""
     global _MODE_CLASSES
     if _MODE_CLASSES is None:
-        import torch  # noqa: F401 - the modes need it; a torch answer imports it anyway
+        import torch  # the modes need it; a torch answer imports it anyway
         from torch.overrides import TorchFunctionMode
         from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -468,13 +468,26 @@ def _mode_classes() -> tuple:
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 return _observe(self, func, args, kwargs)
 
+        observe_outside_dynamo = torch._disable_dynamo(_observe, recursive=True)  # imports dynamo when first called
+
         class _SeeKernels(TorchDispatchMode):
             def __init__(self, guard: Guard) -> None:
                 super().__init__()
                 self.guard = guard
                 self.seen = guard._seen
 
+            # PyTorch wraps a mode's __torch_dispatch__ in a shim that keeps dynamo (torch.compile)
+            # from tracing it, and that imports torch._dynamo (about 800 modules, 1.5-2.5 s) on
+            # the mode's first call, in every sandbox the grader starts. Dynamo can only be tracing
+            # once it is imported, so the shim is used from then on, and the call is direct before
+            # (tests/test_integrity.py: compiled answers)
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                return False
+
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if "torch._dynamo" in sys.modules:
+                    return observe_outside_dynamo(self, func, args, kwargs)
                 return _observe(self, func, args, kwargs)
 
         _MODE_CLASSES = (_SeeFunctions, _SeeKernels)
