@@ -22,13 +22,9 @@ from attnbook.diagrams.masks import default_masks, draw_masks  # noqa: E402
 from attnbook.diagrams.matrix_form import draw_matrix_form  # noqa: E402
 from attnbook.diagrams.single_query import draw_single_query  # noqa: E402
 
+from .figures import close_figures  # noqa: E402, F401  (autouse)
+
 BOOK = Path(__file__).resolve().parents[1] / "book"
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
 
 
 def drawn(function, *args, **kwargs) -> Figure:

@@ -8,7 +8,6 @@ light and dark themes), and that each chapter's cell repeats the diagram's alt t
 
 from __future__ import annotations
 
-import io
 import math
 import re
 from pathlib import Path
@@ -17,8 +16,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
@@ -32,6 +29,8 @@ from attnbook.diagrams.permutation import _reordered, draw_permutation  # noqa: 
 from attnbook.diagrams.rotation import SHIFTED_FROM, draw_rotation  # noqa: E402
 from attnbook.diagrams.style import alt_text, blocks_in, labels_in  # noqa: E402
 
+from .figures import close_figures, png  # noqa: E402, F401  (close_figures: autouse)
+
 BOOK = Path(__file__).resolve().parent.parent / "book"
 
 DIAGRAMS = {
@@ -42,31 +41,18 @@ DIAGRAMS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
-def _png(fig: Figure, **kwargs) -> np.ndarray:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=40, **kwargs)
-    buffer.seek(0)
-    return plt.imread(buffer)  # (height, width, 4) floats in [0, 1]
-
-
 @pytest.mark.parametrize("name", list(DIAGRAMS))
 def test_each_diagram_is_a_figure_with_alt_text_on_an_opaque_panel(name):
     draw, kwargs = DIAGRAMS[name]
     fig = draw(**kwargs)
     assert isinstance(fig, Figure)
     assert len(alt_text(fig)) > 80  # a real description, not a title
-    image = _png(fig, transparent=True)
+    image = png(fig, transparent=True)
     assert image.shape[-1] == 4
     assert image[0, 0, 3] == 0  # the corner is transparent: the page's background shows ...
     h, w = image.shape[:2]
     assert image[h // 2, w // 2, 3] == 1  # ... around an opaque light panel, in either theme
-    dark = _png(fig, facecolor="#121212")  # a dark page: renders, and the panel stays light
+    dark = png(fig, facecolor="#121212")  # a dark page: renders, and the panel stays light
     assert dark[h // 2, 8, :3].mean() > 0.8
 
 

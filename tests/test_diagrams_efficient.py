@@ -9,7 +9,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
@@ -17,11 +16,7 @@ from attnbook.diagrams.efficient import draw_kv_cache, draw_tiles  # noqa: E402
 from attnbook.diagrams.style import alt_text, blocks_in, labels_in  # noqa: E402
 from attnbook.tiled_attention import attention_tiles  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
+from .figures import close_figures  # noqa: E402, F401  (autouse)
 
 
 def _renders(fig: Figure) -> None:

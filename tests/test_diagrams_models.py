@@ -8,7 +8,6 @@ panel (so it reads in light and dark themes), and that the chapter's cell repeat
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import matplotlib
@@ -16,7 +15,6 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.colors as mcolors  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -29,21 +27,10 @@ from attnbook.diagrams.style import alt_text, labels_in  # noqa: E402
 from attnbook.models import DecoderBlock, EncoderBlock, EncoderDecoder, SequenceModel  # noqa: E402
 from attnbook.tasks import Translation  # noqa: E402
 
+from .figures import close_figures, png  # noqa: E402, F401  (close_figures: autouse)
+
 BOOK = Path(__file__).resolve().parent.parent / "book"
 CHAPTER = "07_attention_at_work.md"
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
-
-
-def _png(fig: Figure, **kwargs) -> np.ndarray:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=40, **kwargs)
-    buffer.seek(0)
-    return plt.imread(buffer)  # (height, width, 4) floats in [0, 1]
 
 
 def _modules(fig: Figure) -> dict[str, FancyBboxPatch]:
@@ -94,12 +81,12 @@ def test_the_diagram_is_a_figure_with_alt_text_on_an_opaque_panel():
     fig = draw_attention_model()
     assert isinstance(fig, Figure)
     assert len(alt_text(fig)) > 80  # a real description, not a title
-    image = _png(fig, transparent=True)
+    image = png(fig, transparent=True)
     assert image.shape[-1] == 4
     assert image[0, 0, 3] == 0  # the corner is transparent: the page's background shows ...
     h, w = image.shape[:2]
     assert image[h // 2, w // 2, 3] == 1  # ... around an opaque light panel, in either theme
-    dark = _png(fig, facecolor="#111111")  # a dark page: renders, and the panel stays light
+    dark = png(fig, facecolor="#111111")  # a dark page: renders, and the panel stays light
     assert dark[h // 2, 8, :3].mean() > 0.8
 
 
