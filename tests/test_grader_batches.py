@@ -58,3 +58,24 @@ def test_sandboxes_per_batch(used, monkeypatch, n, jobs, cpus, sandboxes):
     assert [r.submission for r in results] == [f"s{k:02d}" for k in range(n)], "results keep the input order"
     assert len(used) == n
     assert len(set(used.values())) == sandboxes, f"{n} submissions, jobs={jobs}, {cpus} cores"
+
+
+def test_some_submissions_are_graded_on_some_questions(monkeypatch):
+    """``grade_sources(..., questions={name: [...]})`` grades those submissions on those questions
+    only (the mutation tests grade each wrong solution on the question it breaks); an unknown
+    question is a clear error before anything runs."""
+    asked: dict[str, list[str]] = {}
+
+    def fake_grade(cells, questions, hw, *, worker, name, **_):
+        asked[name] = [q.name for q in questions]
+        return SubmissionResult(name, "")
+
+    monkeypatch.setattr(grading.Worker, "start", lambda self: None)
+    monkeypatch.setattr(grading, "grade_cells", fake_grade)
+    hw = homework("hw00")
+    every = [q.name for q in hw.questions()]
+    with Grader(hw, jobs=1) as g:
+        g.grade_sources([("a", ["x = 1"]), ("b", ["x = 2"])], questions={"b": ["q2"]})
+        with pytest.raises(ValueError, match=r"hw00 has no question \['q9'\]"):
+            g.grade_sources([("c", ["x = 3"])], questions={"c": ["q1", "q9"]})
+    assert asked == {"a": every, "b": ["q2"]}

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,8 +264,12 @@ class Grader:
                 if attempt:
                     raise SandboxUnavailable(f"the sandbox did not start, twice: {exc}") from None
 
-    def _grade_one(self, name: str, cells: list[str], path: str) -> SubmissionResult:
-        """Grade one submission; retry once on a fresh sandbox when the sandbox failed."""
+    def _grade_one(
+        self, name: str, cells: list[str], path: str, questions: Sequence[Question] | None = None
+    ) -> SubmissionResult:
+        """Grade one submission (on ``questions``, by default all); retry once on a fresh sandbox
+        when the sandbox failed."""
+        questions = self.questions if questions is None else questions
         worker = self._workers.get()
         try:
             first_failure = None
@@ -273,7 +277,7 @@ class Grader:
                 try:
                     res = grade_cells(
                         cells,
-                        self.questions,
+                        questions,
                         self.homework,
                         worker=worker,
                         name=name,
@@ -289,7 +293,7 @@ class Grader:
                     return _zero(
                         name,
                         path,
-                        self.questions,
+                        questions,
                         f"grader error (not caused by this submission): the sandbox failed twice: {exc}",
                         status="error",
                     )
@@ -306,13 +310,34 @@ class Grader:
             self._workers.put(worker)
 
     def grade_sources(
-        self, submissions: Iterable[tuple[str, list[str]]], *, progress: bool = False
+        self,
+        submissions: Iterable[tuple[str, list[str]]],
+        *,
+        progress: bool = False,
+        questions: Mapping[str, Sequence[str]] | None = None,
     ) -> list[SubmissionResult]:
-        """Grade (name, code cells) pairs in parallel; results in the same order."""
-        items = [(name, cells, "") for name, cells in submissions]
-        return self._grade_items(items, progress=progress)
+        """Grade (name, code cells) pairs in parallel; results in the same order.
 
-    def _grade_items(self, items: list[tuple[str, list[str], str]], *, progress: bool) -> list[SubmissionResult]:
+        ``questions``: for some submissions (by name), the names of the only questions to grade
+        (the mutation tests grade each wrong solution on the question it breaks); the others are
+        graded on every question.
+        """
+        items = [(name, cells, "") for name, cells in submissions]
+        subsets = {}
+        for name, names in (questions or {}).items():
+            subsets[name] = [q for q in self.questions if q.name in set(names)]
+            unknown = set(names) - {q.name for q in subsets[name]}
+            if unknown:
+                raise ValueError(f"{self.homework.name} has no question {sorted(unknown)} (asked for {name!r})")
+        return self._grade_items(items, progress=progress, questions=subsets)
+
+    def _grade_items(
+        self,
+        items: list[tuple[str, list[str], str]],
+        *,
+        progress: bool,
+        questions: Mapping[str, Sequence[Question]] | None = None,
+    ) -> list[SubmissionResult]:
         self._ensure_started()
         # starting a sandbox costs seconds (torch, matplotlib, the guard's first use), as much as
         # grading several ordinary submissions: unless told how many, a small batch uses fewer
@@ -323,16 +348,17 @@ class Grader:
 
         def one(item: tuple[str, list[str], str]) -> SubmissionResult:
             name, cells, path = item
+            subset = (questions or {}).get(name)
             try:
                 with slots:
-                    return self._grade_one(name, cells, path)
+                    return self._grade_one(name, cells, path, subset)
             except SandboxUnavailable:
                 raise
             except Exception:  # a bug of the grader, not the student's: say so
                 return _zero(
                     name,
                     path,
-                    self.questions,
+                    self.questions if subset is None else subset,
                     "internal grader error:\n" + traceback.format_exc(limit=5),
                     status="error",
                 )
