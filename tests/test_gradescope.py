@@ -1,9 +1,9 @@
 """The Gradescope path applies the integrity rule too: ``otter run`` on hw02's built autograder zip
-gives the honest solution full marks, takes points from a wrong one, and scores 0 on each question
+gives the honest solution full marks, takes points from a wrong answer, and scores 0 on each question
 whose answer ran a reference implementation; the class grader agrees (issue 11, item 6).
 
-Slow but included in the default run (CI runs it): three ``otter run`` in parallel, each starting
-a Jupyter kernel and torch, about 20-40 s in all; the homework is built once per session (shared
+Slow but included in the default run (CI runs it): two ``otter run`` in parallel, each starting
+a Jupyter kernel and torch, about 15-30 s in all; the homework is built once per session (shared
 with the other homework tests) and only rebuilt when its build is stale.
 """
 
@@ -24,6 +24,9 @@ from .homework_support import autograder_zip, bwrap_available, homework, is_curr
 
 HW = "hw02"
 FULL = {"q1": 4.0, "q2": 3.0, "q3": 6.0, "q4": 4.0}
+WRONG_CAUSAL_MASK = """    i = torch.arange(n).unsqueeze(-1)
+    j = torch.arange(m).unsqueeze(0)
+    return j < i"""
 
 
 @pytest.fixture(scope="module")
@@ -54,26 +57,22 @@ def _replace_function(nb: dict, name: str, body: str) -> None:
 
 
 def _notebooks(hw: Homework, folder: Path) -> dict[str, Path]:
+    """The solutions, and a notebook that is wrong in q1 and answers q3 and q4 with the course's
+    references (two submissions, so two ``otter run``: each costs a kernel and torch)."""
     solutions = json.loads(hw.autograder_notebook.read_text(encoding="utf-8"))
     honest = json.loads(json.dumps(solutions))
 
-    wrong = json.loads(json.dumps(solutions))  # -1e9 instead of -inf: a fully masked row goes uniform
-    for cell in _cells(wrong):
-        src = "".join(cell["source"])
-        if "def masked_attention(" in src:
-            assert "-math.inf" in src
-            cell["source"] = src.replace("-math.inf", "-1e9")
-
-    cheat = json.loads(json.dumps(solutions))  # q3 and q4 answered by the course's references
-    _replace_function(cheat, "masked_attention", "    return attnbook.attention(Q, K, V, mask=mask)")
+    wrong_and_cheat = json.loads(json.dumps(solutions))
+    _replace_function(wrong_and_cheat, "causal_keep_mask", WRONG_CAUSAL_MASK)  # off by one: j < i
+    _replace_function(wrong_and_cheat, "masked_attention", "    return attnbook.attention(Q, K, V, mask=mask)")
     _replace_function(
-        cheat,
+        wrong_and_cheat,
         "to_additive",
         "    import operator\n    return operator.attrgetter('keep_to_additive')(attnbook)(keep, dtype)",
     )
 
     paths = {}
-    for name, nb in {"honest": honest, "wrong": wrong, "cheat": cheat}.items():
+    for name, nb in {"honest": honest, "wrong_and_cheat": wrong_and_cheat}.items():
         sub = folder / name
         sub.mkdir()
         paths[name] = sub / f"{hw.name}.ipynb"
@@ -103,7 +102,7 @@ def graded(hw02: Homework, tmp_path_factory) -> dict[str, dict]:
     folder = tmp_path_factory.mktemp("gradescope")
     notebooks = _notebooks(hw02, folder)
     zip_path = autograder_zip(hw02)
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=len(notebooks)) as pool:
         runs = dict(zip(notebooks, pool.map(lambda nb: _otter_run(zip_path, nb), notebooks.values())))
     return {"notebooks": notebooks, **runs}
 
@@ -113,14 +112,14 @@ def test_otter_run_gives_the_honest_solution_full_marks(graded) -> None:
 
 
 def test_otter_run_takes_points_from_a_wrong_solution(graded) -> None:
-    scores = graded["wrong"]["scores"]
-    assert scores["q3"] < FULL["q3"]
-    assert {q: s for q, s in scores.items() if q != "q3"} == {q: s for q, s in FULL.items() if q != "q3"}
+    scores = graded["wrong_and_cheat"]["scores"]
+    assert scores["q1"] < FULL["q1"]
+    assert scores["q2"] == FULL["q2"]
 
 
 def test_otter_run_scores_0_where_the_answer_ran_a_reference(graded) -> None:
-    scores, outputs = graded["cheat"]["scores"], graded["cheat"]["outputs"]
-    assert scores == {**FULL, "q3": 0.0, "q4": 0.0}
+    scores, outputs = graded["wrong_and_cheat"]["scores"], graded["wrong_and_cheat"]["outputs"]
+    assert scores["q3"] == scores["q4"] == 0.0
     assert "`masked_attention` ran attnbook.attention" in outputs["q3"]
     assert "`to_additive` ran attnbook.keep_to_additive" in outputs["q4"]
 
@@ -128,12 +127,9 @@ def test_otter_run_scores_0_where_the_answer_ran_a_reference(graded) -> None:
 def test_the_class_grader_agrees_with_otter_run(graded, hw02: Homework) -> None:
     from attngrade.grader import Grader
 
-    sandbox = bwrap_available() is None
-    try:
-        with Grader(hw02, jobs=2, sandbox=sandbox) as grader:
-            results = grader.grade_paths([graded["notebooks"][n] for n in ("honest", "wrong", "cheat")])
-    except Exception as exc:  # noqa: BLE001 - the class grader is being rewritten (issue 11)
-        pytest.skip(f"the class grader does not run here: {type(exc).__name__}: {exc}")
-    for name, res in zip(("honest", "wrong", "cheat"), results):
+    names = ["honest", "wrong_and_cheat"]
+    with Grader(hw02, jobs=1, sandbox=bwrap_available() is None) as grader:
+        results = grader.grade_paths([graded["notebooks"][n] for n in names])
+    for name, res in zip(names, results):
         ours = {q.name: float(q.score) for q in res.questions}
-        assert ours == graded[name]["scores"], (name, res.notes, getattr(res, "error", None))
+        assert ours == graded[name]["scores"], (name, res.notes, res.error)

@@ -8,43 +8,76 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 from .homework_support import homework
 from .submissions import stub_submission, submission_with, write_notebook
 
 WRONG_SCORES_ROW = "def scores_row(Q, K):\n    return Q @ K.T\n"
+CLASS = ["alice", "bob", "carol", "dana", "erin", "frank"]
 
 
-def test_grade_a_folder_writes_gradebook_and_feedback(tmp_path):
+def grade_command(folder: Path, out: Path, *flags: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "attngrade", "hw00", str(folder), "--out", str(out), "--no-build", *flags]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+
+def read_gradebook(out: Path) -> dict[str, dict[str, str]]:
+    with open(out / "gradebook.csv", newline="") as f:
+        return {r["submission"]: r for r in csv.DictReader(f)}
+
+
+@pytest.fixture(scope="module")
+def graded_class(tmp_path_factory) -> SimpleNamespace:
+    """One hw00 class, graded once by the command: notebooks (right, wrong, as handed out) and the
+    zips students export (``grader.export()``: the notebook and otter's log; a zip holding two
+    notebooks; a file that is not a zip). The output folder holds a stale feedback file from an
+    older run, which a full run must remove."""
     hw = homework("hw00")
-    subs = tmp_path / "submitted"
+    root = tmp_path_factory.mktemp("cli")
+    subs = root / "submitted"
     subs.mkdir()
     write_notebook(submission_with(hw, {}), subs / "alice.ipynb")
     write_notebook(submission_with(hw, {"scores_row": WRONG_SCORES_ROW}), subs / "bob.ipynb")
     write_notebook(stub_submission(hw), subs / "carol.ipynb")
-    out = tmp_path / "grades"
-    proc = subprocess.run(
-        [sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(out), "--no-build"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    right = write_notebook(submission_with(hw, {}), root / "hw00.ipynb")
+    wrong = write_notebook(submission_with(hw, {"scores_row": WRONG_SCORES_ROW}), root / "wrong.ipynb")
+    with zipfile.ZipFile(subs / "dana.zip", "w") as z:  # the layout of otter's export
+        z.write(right, "hw00.ipynb")
+        z.writestr(".OTTER_LOG", b"\x80binary log")
+    with zipfile.ZipFile(subs / "erin.zip", "w") as z:
+        z.write(right, "hw00.ipynb")
+        z.write(wrong, "copy/hw00.ipynb")
+    (subs / "frank.zip").write_bytes(b"PK\x03\x04 this is not a zip")
+    out = root / "grades"
+    (out / "feedback").mkdir(parents=True)
+    (out / "feedback" / "stale.md").write_text("left from an older run")
+    proc = grade_command(subs, out)
     assert proc.returncode == 0, proc.stderr
-    assert "graded 3 submissions" in proc.stdout
+    return SimpleNamespace(hw=hw, root=root, submitted=subs, out=out, proc=proc, rows=read_gradebook(out))
+
+
+def test_grade_a_folder_writes_gradebook_and_feedback(graded_class):
+    out, rows = graded_class.out, graded_class.rows
+    assert "graded 6 submissions" in graded_class.proc.stdout
     with open(out / "gradebook.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    assert list(rows[0]) == ["submission", "q1", "q2", "q3", "q4", "q5", "total", "possible", "status", "error"]
-    assert {r["status"] for r in rows} == {"ok"}
+        header = next(csv.reader(f))
+    assert header == ["submission", "q1", "q2", "q3", "q4", "q5", "total", "possible", "status", "error"]
+    assert sorted(rows) == CLASS
+    assert {r["status"] for r in rows.values()} == {"ok"}
     summary = (out / "summary.md").read_text()
     assert "| q2 |" in summary and "Hidden tests failed" in summary
     assert (out / "histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    by_name = {r["submission"]: r for r in rows}
-    assert by_name["alice"]["total"] == by_name["alice"]["possible"] == "20"
-    assert by_name["carol"]["total"] == "0"
-    assert float(by_name["bob"]["q2"]) < 4 and by_name["bob"]["q1"] == "3" and by_name["bob"]["q5"] == "5"
+    assert rows["alice"]["total"] == rows["alice"]["possible"] == "20"
+    assert rows["carol"]["total"] == "0"
+    bob = rows["bob"]
+    assert float(bob["q2"]) < 4 and bob["q1"] == "3" and bob["q5"] == "5"
     feedback = (out / "feedback" / "bob.md").read_text()
     assert "## q2" in feedback and "FAILED" in feedback and "expected" in feedback
-    assert sorted(p.name for p in (out / "feedback").iterdir()) == ["alice.md", "bob.md", "carol.md"]
+    # a full run replaces the feedback folder: the stale file of an older run is gone
+    assert sorted(p.name for p in (out / "feedback").iterdir()) == [f"{n}.md" for n in CLASS]
 
 
 def test_console_script_is_installed_and_explains_itself():
@@ -74,37 +107,15 @@ def test_benchmark_reports_both_graders():
     assert "otter grade_submission, 1 submissions" in proc.stdout and "full marks: 1/1" in proc.stdout
 
 
-def test_zips_exported_by_students_are_graded_and_bad_zips_score_zero(tmp_path):
+def test_zips_exported_by_students_are_graded_and_bad_zips_score_zero(graded_class):
     """``grader.export()`` hands students a zip holding their notebook (and otter's log): the
     grader reads the notebook from it. A zip with no single notebook, or a corrupt one, scores 0
     with a note saying why, and does not stop the run."""
-    hw = homework("hw00")
-    subs = tmp_path / "submitted"
-    subs.mkdir()
-    right = write_notebook(submission_with(hw, {}), tmp_path / "hw00.ipynb")
-    wrong = write_notebook(submission_with(hw, {"scores_row": WRONG_SCORES_ROW}), tmp_path / "wrong.ipynb")
-    with zipfile.ZipFile(subs / "dana.zip", "w") as z:  # the layout of otter's export
-        z.write(right, "hw00.ipynb")
-        z.writestr(".OTTER_LOG", b"\x80binary log")
-    with zipfile.ZipFile(subs / "erin.zip", "w") as z:
-        z.write(right, "hw00.ipynb")
-        z.write(wrong, "copy/hw00.ipynb")
-    (subs / "frank.zip").write_bytes(b"PK\x03\x04 this is not a zip")
-    out = tmp_path / "grades"
-    proc = subprocess.run(
-        [sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(out), "--no-build"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr
-    with open(out / "gradebook.csv", newline="") as f:
-        by_name = {r["submission"]: r for r in csv.DictReader(f)}
-    assert sorted(by_name) == ["dana", "erin", "frank"]
-    assert by_name["dana"]["total"] == by_name["dana"]["possible"] == "20"
-    assert by_name["erin"]["total"] == "0" and by_name["frank"]["total"] == "0"
-    assert "must hold exactly one notebook" in (out / "feedback" / "erin.md").read_text()
-    assert "not a valid zip" in (out / "feedback" / "frank.md").read_text()
+    rows, feedback = graded_class.rows, graded_class.out / "feedback"
+    assert rows["dana"]["total"] == rows["dana"]["possible"] == "20"
+    assert rows["erin"]["total"] == "0" and rows["frank"]["total"] == "0"
+    assert "must hold exactly one notebook" in (feedback / "erin.md").read_text()
+    assert "not a valid zip" in (feedback / "frank.md").read_text()
 
 
 def test_a_student_with_both_a_notebook_and_a_zip_is_a_clear_error(tmp_path):
@@ -121,29 +132,27 @@ def test_a_student_with_both_a_notebook_and_a_zip_is_a_clear_error(tmp_path):
     assert proc.returncode == 2 and "gina" in proc.stderr and ".zip" in proc.stderr
 
 
-def test_only_regrades_some_students_and_merges(tmp_path):
-    hw = homework("hw00")
-    subs = tmp_path / "submitted"
-    subs.mkdir()
-    write_notebook(submission_with(hw, {}), subs / "alice.ipynb")
-    write_notebook(stub_submission(hw), subs / "carol.ipynb")
-    out = tmp_path / "grades"
-    base = [sys.executable, "-m", "attngrade", "hw00", str(subs), "--out", str(out), "--no-build", "--no-progress"]
-    assert subprocess.run(base, capture_output=True, text=True, timeout=300).returncode == 0
-    (out / "feedback" / "stale.md").write_text("left from an older run")
-    # carol hands in a corrected notebook; only she is graded again
-    write_notebook(submission_with(hw, {}), subs / "carol.ipynb")
-    proc = subprocess.run(base + ["--only", "carol"], capture_output=True, text=True, timeout=300)
+def test_only_regrades_some_students_and_merges(graded_class, tmp_path):
+    """Carol hands in a corrected notebook late: ``--only carol`` grades her alone and merges her
+    row and feedback into the class's gradebook, leaving every other row and feedback file as it was."""
+    subs, out = tmp_path / "submitted", tmp_path / "grades"
+    shutil.copytree(graded_class.submitted, subs)
+    shutil.copytree(graded_class.out, out)
+    write_notebook(submission_with(graded_class.hw, {}), subs / "carol.ipynb")
+    proc = grade_command(subs, out, "--no-progress", "--only", "carol")
     assert proc.returncode == 0, proc.stderr
     assert "graded 1 submissions" in proc.stdout
-    with open(out / "gradebook.csv", newline="") as f:
-        rows = {r["submission"]: r for r in csv.DictReader(f)}
-    assert set(rows) == {"alice", "carol"}
-    assert rows["alice"]["total"] == rows["carol"]["total"] == "20"
-    # a full run replaces the feedback folder: no stale files
-    assert subprocess.run(base, capture_output=True, text=True, timeout=300).returncode == 0
-    assert sorted(p.name for p in (out / "feedback").iterdir()) == ["alice.md", "carol.md"]
-    unknown = subprocess.run(base + ["--only", "dave"], capture_output=True, text=True, timeout=60)
+    rows = read_gradebook(out)
+    assert sorted(rows) == CLASS
+    assert rows["carol"]["total"] == "20"
+    assert {n: r for n, r in rows.items() if n != "carol"} == {
+        n: r for n, r in graded_class.rows.items() if n != "carol"
+    }
+    before, after = graded_class.out / "feedback", out / "feedback"
+    assert sorted(p.name for p in after.iterdir()) == [f"{n}.md" for n in CLASS]
+    assert (after / "carol.md").read_text() != (before / "carol.md").read_text()
+    assert all((after / f"{n}.md").read_text() == (before / f"{n}.md").read_text() for n in CLASS if n != "carol")
+    unknown = grade_command(subs, out, "--no-progress", "--only", "dave")
     assert unknown.returncode == 2 and "dave" in unknown.stderr
 
 
@@ -173,12 +182,14 @@ def test_a_sandbox_that_fails_twice_is_status_error_and_exit_1(tmp_path, monkeyp
     subs.mkdir()
     write_notebook(submission_with(hw, {}), subs / "alice.ipynb")
     calls = []
-    real_spawn = sandbox.Worker.spawn
+    real_start, real_spawn = sandbox.Worker.start, sandbox.Worker.spawn
 
     def broken_spawn(self, job):
         calls.append(1)
         raise sandbox.InfrastructureError("simulated: the worker did not answer")
 
+    # no sandbox is needed where every spawn fails (starting one costs seconds)
+    monkeypatch.setattr(sandbox.Worker, "start", lambda self: None)
     monkeypatch.setattr(sandbox.Worker, "spawn", broken_spawn)
     code = cli.main([hw.name, str(subs), "--out", str(tmp_path / "g"), "--no-build", "--no-progress"])
     assert code == 1
@@ -196,6 +207,7 @@ def test_a_sandbox_that_fails_twice_is_status_error_and_exit_1(tmp_path, monkeyp
             raise sandbox.InfrastructureError("simulated once")
         return real_spawn(self, job)
 
+    monkeypatch.setattr(sandbox.Worker, "start", real_start)
     monkeypatch.setattr(sandbox.Worker, "spawn", flaky_spawn)
     assert cli.main([hw.name, str(subs), "--out", str(tmp_path / "h"), "--no-build", "--no-progress"]) == 0
     with open(tmp_path / "h" / "gradebook.csv", newline="") as f:
@@ -203,40 +215,16 @@ def test_a_sandbox_that_fails_twice_is_status_error_and_exit_1(tmp_path, monkeyp
     assert row["status"] == "ok" and row["total"] == row["possible"]
 
 
-def test_unsafe_no_sandbox_grades_trusted_notebooks_the_same(tmp_path):
-    """--unsafe-no-sandbox (a trusted setting) runs the same worker without namespaces and gives
-    the scores the sandbox gives; it cleans up its own working folder."""
+def test_unsafe_no_sandbox_grades_trusted_notebooks_the_same(graded_class, tmp_path):
+    """--unsafe-no-sandbox (a trusted setting) runs the same worker without namespaces and writes
+    the gradebook the sandboxes give; it cleans up its own working folder."""
     import glob
     import tempfile
 
-    hw = homework("hw00")
-    subs = tmp_path / "submitted"
-    subs.mkdir()
-    write_notebook(submission_with(hw, {}), subs / "alice.ipynb")
-    write_notebook(submission_with(hw, {"scores_row": WRONG_SCORES_ROW}), subs / "bob.ipynb")
     before = set(glob.glob(f"{tempfile.gettempdir()}/attngrade-unsafe-*"))
-    books = {}
-    for flags in ([], ["--unsafe-no-sandbox"]):
-        out = tmp_path / ("unsafe" if flags else "sandboxed")
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "attngrade",
-                "hw00",
-                str(subs),
-                "--out",
-                str(out),
-                "--no-build",
-                "--no-progress",
-                *flags,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert proc.returncode == 0, proc.stderr
-        books[bool(flags)] = (out / "gradebook.csv").read_text()
-    assert books[True] == books[False]
+    out = tmp_path / "unsafe"
+    proc = grade_command(graded_class.submitted, out, "--no-progress", "--unsafe-no-sandbox")
+    assert proc.returncode == 0, proc.stderr
     assert "WITHOUT a sandbox" in proc.stderr
+    assert (out / "gradebook.csv").read_text() == (graded_class.out / "gradebook.csv").read_text()
     assert set(glob.glob(f"{tempfile.gettempdir()}/attngrade-unsafe-*")) == before

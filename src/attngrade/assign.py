@@ -190,12 +190,15 @@ def build(
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         grouped = list(pool.map(lambda group: run_otter_assign(group, otter_tests), groups))
     outcomes = {hw.name: outcome for group, results in zip(groups, grouped) for hw, outcome in zip(group, results)}
+    built = []
     for hw in homeworks:
         ok, log = outcomes[hw.name]
-        if not ok:
+        if ok:
+            built.append(hw)
+        else:
             problems.append(f"{hw.name}: otter assign failed (do the solutions pass their tests?)\n{log[-4000:]}")
-    if verify:
-        for hw in homeworks:
+    if verify:  # what otter could not build has failed already
+        for hw in built:
             if hw.autograder_notebook.exists() and hw.student_notebook.exists():
                 problems.extend(leaks(hw))
                 problems.extend(solutions_full_marks(hw))
