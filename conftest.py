@@ -15,6 +15,7 @@ jupytext; when it does not, nothing is stored and the book build executes that c
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 
@@ -44,7 +45,11 @@ class MySTChapter(pytest.File):
         relative = self.path.relative_to(self.config.rootpath)
         target = _nbval_folder(self.config) / relative.with_suffix(".ipynb")
         target.parent.mkdir(parents=True, exist_ok=True)
-        jupytext.write(jupytext.read(self.path), target)
+        # every pytest-xdist worker collects every chapter: write to a file of this process's own,
+        # then rename it into place, so no worker reads a notebook another is still writing
+        partial = target.with_name(f".{target.stem}.{os.getpid()}.partial.ipynb")
+        jupytext.write(jupytext.read(self.path), partial)
+        os.replace(partial, target)
         yield executed_chapter_class().from_parent(self, path=target, nodeid=f"{self.nodeid}::notebook")
 
 

@@ -2,8 +2,11 @@
 
 For every page of the table of contents: math is typeset by the bundled MathJax, every image
 loads, the previous/next links lead to the neighbouring pages, nothing is fetched from outside
-localhost and the console shows no errors. The search page must find a term. A screenshot of each
-page (desktop, phone width, dark mode) is saved under ``_build/screenshots/``.
+localhost and the console shows no errors. The chapters are opened the way a phone in dark mode
+shows them (no sideways scrolling, dark background, figures on white, solutions folded), the other
+pages on a desktop screen: each page is loaded once (a load costs seconds of CPU: the theme's icons
+and MathJax). The search page must find a term. A screenshot of each page is saved under
+``_build/screenshots/``.
 
 The site is the one ``make book`` built (``_build/html``), or the one named by the environment
 variable ``ATTNBOOK_SITE`` (screenshots then go beside it); if there is none, a non-strict build
@@ -197,46 +200,58 @@ def open_page(browser, site_url, name, **context_options):
     return context, page, log, has_math
 
 
-@pytest.mark.parametrize("index", range(len(PAGES)), ids=PAGES)
-def test_page_renders_offline(browser, site_url, index):
-    name = PAGES[index]
+def check_page(page, log, name: str, has_math: bool) -> None:
+    """What every page must show, at any width: typeset math and no raw TeX, images that loaded,
+    a figure with alt text in each chapter, previous/next links to its neighbours in the table of
+    contents that load, nothing fetched from outside localhost and no console error."""
+    index = PAGES.index(name)
+    text = page.evaluate("document.querySelector('main').innerText")
+    assert "$$" not in text and "\\begin{" not in text, f"{name}: raw TeX left on the page"
+    if has_math:
+        assert page.evaluate("document.querySelectorAll('mjx-container').length") > 0
+    broken = page.evaluate("[...document.images].filter(i => !(i.naturalWidth > 0)).map(i => i.src)")
+    assert broken == [], f"{name}: images that did not load: {broken}"
+    if name in CHAPTERS:  # a chapter has figures, each with alt text
+        assert page.evaluate("document.querySelectorAll('main img').length") > 0, f"{name}: no figure"
+        assert page.evaluate("[...document.querySelectorAll('main img')].every(i => i.alt.length > 0)"), (
+            f"{name}: a figure without alt text"
+        )
+    links = page.evaluate(
+        "Object.fromEntries([...document.querySelectorAll('a.left-prev, a.right-next')]"
+        ".map(a => [a.classList.contains('left-prev') ? 'prev' : 'next', a.href]))"
+    )
+    if index + 1 < len(PAGES):
+        assert links.get("next", "").endswith(f"/{PAGES[index + 1]}.html"), (name, links)
+    if index > 0:
+        assert links.get("prev", "").endswith(f"/{PAGES[index - 1]}.html"), (name, links)
+    for href in links.values():  # each leads to a page the server has (that page is opened by its own test)
+        assert page.request.get(href).status == 200, f"{name}: {href} does not load"
+    assert log.problems == [], f"{name}: {log.problems}"
+
+
+CHAPTERS = [p for p in PAGES if Path(p).name[:1].isdigit()]
+
+
+@pytest.mark.parametrize("name", [p for p in PAGES if p not in CHAPTERS])
+def test_page_renders_offline(browser, site_url, name):
+    """The pages that are not chapters, on a desktop screen (the chapters are opened at phone width
+    in dark mode, below, with the same checks: a page load costs seconds of CPU)."""
     context, page, log, has_math = open_page(browser, site_url, name, viewport={"width": 1280, "height": 900})
     try:
         SHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SHOTS / f"{name.replace('/', '_')}.png"), full_page=False)
-        text = page.evaluate("document.querySelector('main').innerText")
-        assert "$$" not in text and "\\begin{" not in text, f"{name}: raw TeX left on the page"
-        if has_math:
-            assert page.evaluate("document.querySelectorAll('mjx-container').length") > 0
-        broken = page.evaluate("[...document.images].filter(i => !(i.naturalWidth > 0)).map(i => i.src)")
-        assert broken == [], f"{name}: images that did not load: {broken}"
-        if Path(name).name[:1].isdigit():  # a chapter: it has figures, each with alt text
-            assert page.evaluate("document.querySelectorAll('main img').length") > 0, f"{name}: no figure"
-            assert page.evaluate("[...document.querySelectorAll('main img')].every(i => i.alt.length > 0)"), (
-                f"{name}: a figure without alt text"
-            )
-        # previous / next links lead to the neighbours in the table of contents
-        links = page.evaluate(
-            "Object.fromEntries([...document.querySelectorAll('a.left-prev, a.right-next')]"
-            ".map(a => [a.classList.contains('left-prev') ? 'prev' : 'next', a.href]))"
-        )
-        if index + 1 < len(PAGES):
-            assert links.get("next", "").endswith(f"/{PAGES[index + 1]}.html"), (name, links)
-        if index > 0:
-            assert links.get("prev", "").endswith(f"/{PAGES[index - 1]}.html"), (name, links)
-        for href in links.values():  # each leads to a page the server has (that page is opened by its own test)
-            assert page.request.get(href).status == 200, f"{name}: {href} does not load"
-        assert log.problems == [], f"{name}: {log.problems}"
+        check_page(page, log, name, has_math)
     finally:
         context.close()
 
 
-@pytest.mark.parametrize("name", [p for p in PAGES if Path(p).name[:1].isdigit()])
-def test_phone_width_and_dark_mode(browser, site_url, name):
-    context, page, log, _ = open_page(
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_renders_offline_at_phone_width_in_dark_mode(browser, site_url, name):
+    context, page, log, has_math = open_page(
         browser, site_url, name, viewport={"width": 390, "height": 844}, color_scheme="dark", device_scale_factor=2
     )
     try:
+        check_page(page, log, name, has_math)
         # the page itself does not scroll sideways (wide tables and figures scroll inside their box)
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 1, f"{name}: page is {overflow}px wider than a phone screen"
@@ -278,9 +293,6 @@ def test_search_finds_a_term(browser, site_url):
         assert log.problems == [], log.problems
     finally:
         context.close()
-
-
-CHAPTERS = [p for p in PAGES if Path(p).name[:1].isdigit()]
 
 
 def test_chapters_offer_a_notebook_download(built_site):
