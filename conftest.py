@@ -129,15 +129,16 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     return None
 
 
-#: Files run longest first after the chapters (the book build in tests/test_site.py waits for
-#: them), so that under ``make test`` (pytest-xdist, ``--dist loadfile --no-loadscope-reorder``:
-#: whole files, in this order) the two workers finish together instead of one idling while the
-#: other runs a long file it picked up last. The chapter of trained models is the longest one.
+#: Files run longest first after the chapters, so that under ``make test`` (pytest-xdist,
+#: ``--dist loadfile --no-loadscope-reorder``: whole files, in this order) the two workers finish
+#: together instead of one idling while the other runs a long file it picked up last. The chapter
+#: of trained models is the longest one. The website's build (tests/test_site.py) waits until
+#: every chapter has run, so it comes after two long files: by then the chapters are done.
 FIRST = ["book/07_attention_at_work.md", "book/"]
 LONGEST_FIRST = [
-    "tests/test_site.py",
     "tests/test_mutations.py",
     "tests/test_grader_concurrency.py",
+    "tests/test_site.py",
     "tests/test_grader_isolation.py",
     "tests/test_grading_cli.py",
     "tests/test_homework.py",
