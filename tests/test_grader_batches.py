@@ -27,7 +27,8 @@ def used(monkeypatch) -> dict[str, int]:
     def fake_grade(cells, questions, hw, *, worker, name, **_):
         with lock:
             seen[name] = id(worker)
-        time.sleep(0.1)  # long enough for the threads to overlap
+        if int(name[1:]) < 8:  # the first ones (at most one per sandbox here) hold theirs long enough to overlap
+            time.sleep(0.1)
         return SubmissionResult(name, "")
 
     monkeypatch.setattr(grading.Worker, "start", lambda self: None)
