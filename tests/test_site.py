@@ -185,11 +185,11 @@ class PageLog:
         page.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"))
 
 
-def open_page(browser, site_url, name, **context_options):
+def open_page(browser, site_url, name, query="", **context_options):
     context = browser.new_context(**context_options)
     page = context.new_page()
     log = PageLog(page, site_url)
-    page.goto(f"{site_url}/{name}" if "." in Path(name).name else f"{site_url}/{name}.html", wait_until="load")
+    page.goto(f"{site_url}/{name}.html{query}", wait_until="load")
     has_math = page.evaluate("document.querySelectorAll('.math').length") > 0
     if has_math:
         page.wait_for_function(
@@ -282,7 +282,7 @@ def test_chapter_renders_offline_at_phone_width_in_dark_mode(browser, site_url, 
 
 
 def test_search_finds_a_term(browser, site_url):
-    context, page, log, _ = open_page(browser, site_url, "search.html?q=softmax")
+    context, page, log, _ = open_page(browser, site_url, "search", query="?q=softmax")
     try:
         # results are appended one by one; the summary line appears when the search has finished
         page.wait_for_function(

@@ -264,12 +264,8 @@ class Grader:
                 if attempt:
                     raise SandboxUnavailable(f"the sandbox did not start, twice: {exc}") from None
 
-    def _grade_one(
-        self, name: str, cells: list[str], path: str, questions: Sequence[Question] | None = None
-    ) -> SubmissionResult:
-        """Grade one submission (on ``questions``, by default all); retry once on a fresh sandbox
-        when the sandbox failed."""
-        questions = self.questions if questions is None else questions
+    def _grade_one(self, name: str, cells: list[str], path: str, questions: Sequence[Question]) -> SubmissionResult:
+        """Grade one submission on ``questions``; retry once on a fresh sandbox when the sandbox failed."""
         worker = self._workers.get()
         try:
             first_failure = None
@@ -323,12 +319,14 @@ class Grader:
         graded on every question.
         """
         items = [(name, cells, "") for name, cells in submissions]
+        known = {q.name for q in self.questions}
         subsets = {}
-        for name, names in (questions or {}).items():
-            subsets[name] = [q for q in self.questions if q.name in set(names)]
-            unknown = set(names) - {q.name for q in subsets[name]}
-            if unknown:
-                raise ValueError(f"{self.homework.name} has no question {sorted(unknown)} (asked for {name!r})")
+        for name, wanted in (questions or {}).items():
+            if set(wanted) - known:
+                raise ValueError(
+                    f"{self.homework.name} has no question {sorted(set(wanted) - known)} (asked for {name!r})"
+                )
+            subsets[name] = [q for q in self.questions if q.name in wanted]
         return self._grade_items(items, progress=progress, questions=subsets)
 
     def _grade_items(
@@ -338,6 +336,8 @@ class Grader:
         progress: bool,
         questions: Mapping[str, Sequence[Question]] | None = None,
     ) -> list[SubmissionResult]:
+        """Grade (name, cells, path) items in parallel, each on ``questions[name]`` if given, else on
+        every question; results in the same order."""
         self._ensure_started()
         # starting a sandbox costs seconds (torch, matplotlib, the guard's first use), as much as
         # grading several ordinary submissions: unless told how many, a small batch uses fewer
@@ -348,7 +348,7 @@ class Grader:
 
         def one(item: tuple[str, list[str], str]) -> SubmissionResult:
             name, cells, path = item
-            subset = (questions or {}).get(name)
+            subset = (questions or {}).get(name, self.questions)
             try:
                 with slots:
                     return self._grade_one(name, cells, path, subset)
@@ -358,7 +358,7 @@ class Grader:
                 return _zero(
                     name,
                     path,
-                    self.questions if subset is None else subset,
+                    subset,
                     "internal grader error:\n" + traceback.format_exc(limit=5),
                     status="error",
                 )
