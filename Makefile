@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 # Jupyter refuses to start as root unless told it may
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: system setup book test test-quick lint lab clean assignments bench publish release
+.PHONY: system setup book test test-quick lint lab clean assignments bench publish release check-seeds
 
 # Debian/Ubuntu packages: bubblewrap (the grader's sandboxes) and chromium (the browser test).
 # Installed with apt-get as root, or through sudo; skipped when both are already there.
@@ -38,6 +38,11 @@ test: lint  ## the whole check: lint, every chapter (nbval, once), the package, 
 
 test-quick: setup  ## the package's own tests only (no chapters, homework, grader or website): the inner loop
 	$(BIN)/python -m pytest tests -q -m "not course"
+
+# seeds the chapters' texts do not use (each training chapter's own SEED line is 0)
+SEEDS ?= 1 2 3 4 5
+check-seeds: setup  ## run the chapters that train models with other seeds (SEEDS="1 2 3 4 5") and print each claim's worst margin; minutes, not part of make test
+	$(BIN)/python tests/check_seeds.py --seeds $(SEEDS)
 
 lint: setup  ## ruff: the rules in pyproject.toml, and the formatting
 	$(BIN)/ruff check
