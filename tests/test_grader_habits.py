@@ -157,6 +157,22 @@ if False:
 """
 
 
+#: comparisons with the course's own functions, written at top level in an answer cell: in the
+#: student's Jupyter they run; while grading the references are absent and raise, which must cost
+#: neither the definition nor a point, wherever the line sits (and a line using its result fails too)
+COMPARE_ABOVE = "expected = attnbook.softmax(torch.zeros(2, 3))\nprint(expected.shape)\n"
+COMPARE_SDPA = (
+    "import torch.nn.functional as F\n"
+    "expected = F.scaled_dot_product_attention(torch.zeros(1, 2, 3), torch.zeros(1, 4, 3), torch.zeros(1, 4, 3))\n"
+)
+COMPARE_BELOW = "\nprint(torch.allclose(softmax_beta(torch.zeros(2, 3)), attnbook.softmax(torch.zeros(2, 3))))\n"
+
+
+def compare_between(source: str) -> str:
+    """A comparison line after the docstring, inside nothing: between two top-level statements."""
+    return source.replace("\ndef ", "\nexpected = attnbook.softmax(torch.zeros(2, 3))\n\n\ndef ", 1)
+
+
 # habit -> (file name, notebook dict or raw bytes)
 def habits() -> dict[str, tuple[str, object]]:
     table: dict[str, tuple[str, object]] = {
@@ -211,6 +227,24 @@ def habits() -> dict[str, tuple[str, object]]:
         "star_import": ("star_import.ipynb", with_cells(before=["from attnbook import *\nfrom math import *"])),
         "loop_comparing_with_the_references": ("compare_loop.ipynb", with_cells(after=[COMPARE_LOOP])),
         "helper_naming_the_references": ("compare_helper.ipynb", with_cells(after=[COMPARE_HELPER])),
+        "compare_above_the_def": ("compare_above.ipynb", edited("softmax_beta", lambda s: COMPARE_ABOVE + s)),
+        "compare_with_a_fused_kernel_above_the_def": (
+            "compare_sdpa_above.ipynb",
+            edited("retrieve", lambda s: COMPARE_SDPA + s),
+        ),
+        "compare_below_the_def": ("compare_below.ipynb", edited("softmax_beta", lambda s: s + COMPARE_BELOW)),
+        "compare_above_and_below_the_def": (
+            "compare_above_below.ipynb",
+            edited("project", lambda s: COMPARE_ABOVE + s + COMPARE_BELOW),
+        ),
+        "compare_between_two_statements": (
+            "compare_between.ipynb",
+            edited("attention_moments", lambda s: "_seen = 1\n" + compare_between("\n" + s)),
+        ),
+        "compare_in_a_cell_of_its_own_above": (
+            "compare_own_cell.ipynb",
+            with_cells(before=[COMPARE_ABOVE + "print(torch.allclose(expected, expected))"]),
+        ),
         "markdown_and_raw_cells": (
             "markdown_and_raw.ipynb",
             with_cells(

@@ -20,7 +20,14 @@ from attngrade.homework import all_homework
 from attngrade.report import failure_summary
 
 from .homework_support import homework
-from .submissions import code_cells, load_mutants, mutant_submission, stub_submission, submission_with
+from .submissions import (
+    code_cells,
+    comparing_submission,
+    load_mutants,
+    mutant_submission,
+    stub_submission,
+    submission_with,
+)
 
 HOMEWORK = [hw.name for hw in all_homework()]
 MUTANTS = [(hw.name, name) for hw in all_homework() for name in load_mutants(hw)]
@@ -33,6 +40,7 @@ def graded(name: str) -> dict:
     hw = homework(name)
     mutants = load_mutants(hw)
     subs = [("<correct>", code_cells(submission_with(hw, {}))), ("<stub>", code_cells(stub_submission(hw)))]
+    subs.append(("<correct, comparing>", code_cells(comparing_submission(hw))))
     subs += [(k, code_cells(mutant_submission(hw, mutant))) for k, mutant in mutants.items()]
     # scores only: the static reading (which never changes one) is left out; under pytest-xdist the
     # other worker keeps the second core busy, so one sandbox grades the batch
@@ -51,6 +59,14 @@ def test_correct_solution_gets_full_marks(name):
     result = graded(name)["<correct>"]
     assert result.possible > 0
     assert result.total == result.possible, _explain(result)
+
+
+@pytest.mark.parametrize("name", HOMEWORK)
+def test_comparing_with_a_reference_at_top_level_costs_nothing(name):
+    """Every answer cell calls a forbidden reference above and below its ``def`` (to compare): the
+    calls raise while grading, but no definition and no point is lost."""
+    result = graded(name)["<correct, comparing>"]
+    assert result.total == result.possible > 0, _explain(result)
 
 
 @pytest.mark.parametrize("name", HOMEWORK)

@@ -25,6 +25,11 @@ from typing import Any
 
 import numpy as np
 
+#: the words every stand-in for a reference implementation ends its error with, inside the sandbox:
+#: the stubs of the package's view (:mod:`.view`) and PyTorch's refused fused kernels
+#: (:func:`.worker.refuse_kernels`); the worker recognises a reference called at top level by them
+REFERENCE_UNAVAILABLE = "it is not available while grading"
+
 #: deepest nesting of lists/tuples/dicts accepted in either direction
 MAX_DEPTH = 16
 #: most items (array elements not counted) in one message

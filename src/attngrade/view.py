@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .integrity import resolve_reference
+from .protocol import REFERENCE_UNAVAILABLE
 
 #: where the view's packages appear inside the sandbox
 MOUNT = "/opt/attngrade"
@@ -83,7 +84,7 @@ def stub_source(source: str, qualnames: dict[str, str]) -> str:
                 elif ref is not None:
                     node.body = _stub_body(
                         f"{ref} is the reference implementation of what this homework asks you to "
-                        f"write; it is not available while grading"
+                        f"write; {REFERENCE_UNAVAILABLE}"
                     )
 
     visit(tree.body, "", None)

@@ -104,7 +104,7 @@ def refuse_kernels(forbidden: list[str]) -> list[str]:
     for op in ops:
         message = (
             f"aten::{op} is PyTorch's fused implementation of what this homework asks you to "
-            f"write; it is not available while grading"
+            f"write; {protocol.REFERENCE_UNAVAILABLE}"
         )
 
         def refuse(*args: Any, _message: str = message, **kwargs: Any) -> Any:
@@ -496,14 +496,45 @@ def describe(exc: BaseException) -> str:
     return text[:2000]
 
 
+def is_missing_reference(exc: BaseException) -> bool:
+    """True for the error a reference implementation raises in the sandbox, where it is absent."""
+    return isinstance(exc, NotImplementedError) and protocol.REFERENCE_UNAVAILABLE in describe(exc)
+
+
+def statements(source: str, filename: str) -> list[Any]:
+    """The top-level statements of a cell's Python, each compiled on its own (a cell that uses
+    ``from __future__`` stays one piece, as its flags apply to every statement after them)."""
+    import ast
+
+    tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST)
+    if any(isinstance(node, ast.ImportFrom) and node.module == "__future__" for node in tree.body):
+        return [compile(tree, filename, "exec")]
+    return [compile(ast.Module(body=[node], type_ignores=[]), filename, "exec") for node in tree.body]
+
+
 def execute_cells(cells: list[str], namespace: dict[str, Any], cell_timeout: float) -> list[dict[str, Any]]:
-    """Run each cell in ``namespace``; a failing cell is recorded and the next one runs."""
+    """Run each cell in ``namespace``; a failing cell is recorded and the next one runs.
+
+    A cell stops at its first error, as in Jupyter, with one exception: a call of a reference
+    implementation at top level, e.g. ``expected = attnbook.softmax(x)`` written to compare, works
+    in the student's Jupyter but raises here, where the reference is absent. Such a statement is
+    recorded and skipped, and the rest of the cell still runs (the statements that then fail for
+    want of its result are recorded and skipped too), so that a comparison written above a ``def``
+    never removes the definition, and the notebook gets the score it gets in Jupyter.
+    """
     errors = []
     for index, source in enumerate(cells):
         try:
             _arm(cell_timeout)
-            code = compile(to_python(source), f"<cell {index}>", "exec")
-            exec(code, namespace)
+            missing_reference = False
+            for code in statements(to_python(source), f"<cell {index}>"):
+                try:
+                    exec(code, namespace)
+                except Exception as exc:  # timeouts and SystemExit still end the cell
+                    missing_reference = missing_reference or is_missing_reference(exc)
+                    if not missing_reference:
+                        raise
+                    errors.append({"cell": index, "error": describe(exc)})
         except BaseException as exc:  # SystemExit, KeyboardInterrupt and timeouts included
             errors.append({"cell": index, "error": describe(exc)})
         finally:
