@@ -302,6 +302,9 @@ def habits() -> dict[str, tuple[str, object]]:
         "name_with_quotes": ('O\'Brien "Bob" hw01.ipynb', solutions()),
         "name_non_ascii": ("Zoë Łukasz Ñandú 学生 hw01.ipynb", solutions()),
         "very_long_name": ("student_" + "x" * 200 + ".ipynb", solutions()),
+        "name_with_a_leading_tab": ("\tTab Student.ipynb", solutions()),
+        "name_with_a_newline": ("New\nLine.ipynb", solutions()),
+        "name_with_a_leading_dash": ("-rf --dash.ipynb", solutions()),
         "zip_export": ("export_zip.zip", _zip_of(solutions())),
         "autograder_notebook": ("autograder_format.ipynb", hw().autograder_notebook.read_bytes()),
         "prints_a_lot": (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import shutil
 import subprocess
 import sys
@@ -51,6 +52,10 @@ def graded_class(tmp_path_factory) -> SimpleNamespace:
         z.write(right, "hw00.ipynb")
         z.write(wrong, "copy/hw00.ipynb")
     (subs / "frank.zip").write_bytes(b"PK\x03\x04 this is not a zip")
+    # what a class folder also holds, which is no submission: each is listed with its reason
+    (subs / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    (subs / "notes.txt").write_text("grade these by Friday")
+    (subs / "empty folder").mkdir()
     out = root / "grades"
     (out / "feedback").mkdir(parents=True)
     (out / "feedback" / "stale.md").write_text("left from an older run")
@@ -69,6 +74,9 @@ def test_grade_a_folder_writes_gradebook_and_feedback(graded_class):
     assert {r["status"] for r in rows.values()} == {"ok"}
     summary = (out / "summary.md").read_text()
     assert "| q2 |" in summary and "Hidden tests failed" in summary
+    not_graded = summary[summary.index("Not graded (3 entries") :]
+    for line in ("'.DS_Store': a hidden file", "'empty folder': a folder with no", "'notes.txt': not a .ipynb"):
+        assert line in not_graded and line in graded_class.proc.stderr
     assert (out / "histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert rows["alice"]["total"] == rows["alice"]["possible"] == "20"
     assert rows["carol"]["total"] == "0"
@@ -152,6 +160,16 @@ def test_only_regrades_some_students_and_merges(graded_class, tmp_path):
     assert sorted(p.name for p in after.iterdir()) == [f"{n}.md" for n in CLASS]
     assert (after / "carol.md").read_text() != (before / "carol.md").read_text()
     assert all((after / f"{n}.md").read_text() == (before / f"{n}.md").read_text() for n in CLASS if n != "carol")
+    # the summary is the whole class's: the hidden tests bob failed are still counted, carol's are gone
+    failed_before = json.loads((graded_class.out / "hidden_failures.json").read_text())
+    failed_after = json.loads((out / "hidden_failures.json").read_text())
+    assert failed_before["bob"] and failed_before["carol"] and failed_after["carol"] == []
+    assert {n: f for n, f in failed_after.items() if n != "carol"} == {
+        n: f for n, f in failed_before.items() if n != "carol"
+    }
+    summary = (out / "summary.md").read_text()
+    for case in failed_before["bob"]:
+        assert f"- {case}: " in summary, summary
     unknown = grade_command(subs, out, "--no-progress", "--only", "dave")
     assert unknown.returncode == 2 and "dave" in unknown.stderr
 

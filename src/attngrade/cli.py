@@ -79,13 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .grader import Grader
-    from .notebook import find_submissions, submission_name
+    from .notebook import find_submissions, ignored_entries, submission_name
     from .report import write_reports
     from .sandbox import SandboxUnavailable
 
     try:
         hw = load_homework(args.homework)
         paths = find_submissions(args.submissions)
+        ignored = ignored_entries(args.submissions)
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         print(f"attnbook-grade: {exc}", file=sys.stderr)
         return 2
@@ -99,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print(f"attnbook-grade: no .ipynb or .zip submissions in {args.submissions}", file=sys.stderr)
         return 2
+    if ignored and not args.only:
+        print(f"not graded ({len(ignored)} entries of {args.submissions}, listed in summary.md):", file=sys.stderr)
+        for name, reason in ignored[:20]:
+            print(f"  {name}: {reason}", file=sys.stderr)
     if not hw.is_built():
         if args.no_build:
             print(f"{hw.name} is not built (or older than its master); run make assignments", file=sys.stderr)
@@ -131,11 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         ) as grader:
             results = grader.grade_paths(paths, progress=not args.no_progress)
             questions = [q.name for q in grader.questions]
-            hidden = {q.name: [c.name for c in q.cases if c.hidden] for q in grader.questions}
     except SandboxUnavailable as exc:
         print(f"attnbook-grade: {exc}", file=sys.stderr)
         return 2
-    paths_written = write_reports(results, questions, out, hw.name, merge=bool(args.only), hidden=hidden)
+    paths_written = write_reports(results, questions, out, hw.name, merge=bool(args.only), ignored=ignored)
     took = time.perf_counter() - start
     errors = [r for r in results if r.status == "error"]
     print(

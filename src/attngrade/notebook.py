@@ -210,6 +210,34 @@ def find_submissions(folder: str | os.PathLike[str]) -> list[Path]:
     return found
 
 
+def ignored_entries(folder: str | os.PathLike[str]) -> list[tuple[str, str]]:
+    """What :func:`find_submissions` leaves out of ``folder``, as (name, reason) pairs, sorted, so
+    that no file vanishes from a class without a word: hidden files, files that are neither
+    ``.ipynb`` nor ``.zip``, and folders that hold no submission."""
+    folder = Path(folder)
+    kept = {p.name for p in find_submissions(folder)}
+    out = []
+    with os.scandir(folder) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for e in entries:
+        if e.name in kept:
+            continue
+        try:
+            is_dir = e.is_dir(follow_symlinks=False)
+        except OSError:
+            is_dir = False
+        if e.name == "__MACOSX":
+            reason = "macOS's archive metadata"
+        elif e.name.startswith("."):
+            reason = "a hidden " + ("folder" if is_dir else "file") + " (its name starts with '.')"
+        elif is_dir:
+            reason = "a folder with no .ipynb or .zip file in it"
+        else:
+            reason = "not a .ipynb or .zip file"
+        out.append((_show(_decoded_name(e.name)), reason))
+    return out
+
+
 # -- reading bytes ------------------------------------------------------------------------------
 
 

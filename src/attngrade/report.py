@@ -5,10 +5,12 @@
 * ``feedback/<submission>.md``: per question the score and each test's verdict; failing hidden
   tests say what went wrong but never show the test's source;
 * ``summary.md`` and ``histogram.png``: per-question averages, how often each hidden test failed,
-  the score distribution.
+  the score distribution, and the entries of the class folder that were not graded, with the reason;
+* ``hidden_failures.json``: the hidden tests each graded row failed, kept so that the summary after
+  a partial re-grade still counts the whole class.
 
 With ``merge`` (the CLI's ``--only``) the rows graded now replace those of the same students in the
-existing gradebook and the other rows stay; without it the gradebook and the feedback folder are
+existing gradebook and the other rows stay, and the summary is computed from the merged rows; without it the gradebook and the feedback folder are
 replaced whole (no stale feedback files remain). Files are written to a temporary name and renamed
 into place, so a link planted at an output path is replaced, not followed.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import tempfile
 from collections import Counter
@@ -158,9 +161,14 @@ def summary_text(
     results: Sequence[SubmissionResult],
     homework: str,
     *,
-    merged: bool = False,
+    hidden_failed: dict[str, list[str]] | None = None,
+    ignored: Sequence[tuple[str, str]] = (),
 ) -> str:
-    """The class summary: counts by status, per-question averages, hidden-test failures."""
+    """The class summary: counts by status, per-question averages, hidden-test failures, and the
+    files of the folder that were not graded, with the reason.
+
+    ``hidden_failed`` maps every graded row of the gradebook (status=error rows left out) to the
+    hidden tests it failed (:func:`hidden_failures`); by default it is read off ``results``."""
     graded = [r for r in rows if r.get("status") != "error"]
     lines = [
         f"# {homework}: class summary",
@@ -185,23 +193,38 @@ def summary_text(
             f"{graded[0].get('possible', '?')} (status=error rows left out)",
             "",
         ]
-    failures = Counter()
-    for r in results:
-        if r.status == "error":
-            continue
-        for q in r.questions:
-            for c in q.cases:
-                if c.hidden and not c.passed:
-                    failures[f"{q.name} {c.name}"] += 1
-    scope = "the submissions graded in this run" if merged else "all submissions"
-    lines += [f"Hidden tests failed ({scope}):", ""]
+    if hidden_failed is None:
+        hidden_failed = hidden_failures(results)
+    failures = Counter(case for cases in hidden_failed.values() for case in cases)
+    lines += ["Hidden tests failed (every graded row of the gradebook):", ""]
     if failures:
-        lines += [
-            f"- {name}: {n} of {sum(1 for r in results if r.status != 'error')}" for name, n in failures.most_common()
-        ]
+        lines += [f"- {name}: {n} of {len(hidden_failed)}" for name, n in failures.most_common()]
     else:
         lines.append("- none")
+    if ignored:
+        lines += ["", f"Not graded ({len(ignored)} entries of the folder):", ""]
+        lines += [f"- {name}: {reason}" for name, reason in ignored]
     return "\n".join(lines) + "\n"
+
+
+def hidden_failures(results: Sequence[SubmissionResult]) -> dict[str, list[str]]:
+    """For each submission graded (status=error left out), the hidden tests it failed ("q1 name")."""
+    return {
+        r.submission: [f"{q.name} {c.name}" for q in r.questions for c in q.cases if c.hidden and not c.passed]
+        for r in results
+        if r.status != "error"
+    }
+
+
+def _read_hidden_failures(path: Path) -> dict[str, list[str]]:
+    """The record written next to the gradebook by an earlier run ({} if none or unreadable)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): [str(c) for c in v] for k, v in data.items() if isinstance(v, list)}
 
 
 def histogram_png(rows: Sequence[dict[str, str]], homework: str) -> bytes | None:
@@ -238,7 +261,7 @@ def write_reports(
     homework: str,
     *,
     merge: bool = False,
-    hidden: dict | None = None,
+    ignored: Sequence[tuple[str, str]] = (),
 ) -> Written:
     """Write the gradebook, the feedback files and the summary into ``out`` (see the module doc)."""
     out = Path(out)
@@ -262,7 +285,16 @@ def write_reports(
         p = feedback_dir / f"{files[r.submission]}.md"
         _atomic_write(p, feedback_text(r, homework))
         paths.append(p)
-    text = summary_text(list(rows.values()), questions, results, homework, merged=merge)
+    # the hidden tests each row failed, kept beside the gradebook so that a re-grade of some
+    # students (--only) still summarises the whole class
+    record = out / "hidden_failures.json"
+    failed = _read_hidden_failures(record) if merge else {}
+    for r in results:
+        failed.pop(r.submission, None)
+    failed.update(hidden_failures(results))
+    failed = {name: failed[name] for name in sorted(failed) if name in rows and rows[name].get("status") != "error"}
+    _atomic_write(record, json.dumps(failed, indent=1, ensure_ascii=False) + "\n")
+    text = summary_text(list(rows.values()), questions, results, homework, hidden_failed=failed, ignored=ignored)
     summary = out / "summary.md"
     png = histogram_png(list(rows.values()), homework)
     histogram = None
