@@ -735,6 +735,24 @@ for fd in range(3, 64):
             ZERO,
             None,
         ),
+        "sends_the_grader_a_deeply_nested_frame": (
+            solution_cells(
+                after=[
+                    """
+import os, struct
+_head, _tree = b'{"sizes": []}', b"[" * 200000 + b"]" * 200000
+_body = struct.pack(">I", len(_head)) + _head + struct.pack(">I", len(_tree)) + _tree
+for fd in range(3, 64):
+    try:
+        os.write(fd, struct.pack(">Q", len(_body)) + _body)
+    except OSError:
+        pass
+"""
+                ]
+            ),
+            ZERO,
+            None,
+        ),  # a frame the grader cannot decode is this row's problem (0 and a reason), never status=error
         "code_cell_source_is_numbers": (solution_cells() + [[1, 2, 3]], FULL, None),
         "checks_who_it_runs_as": (
             solution_cells(

@@ -94,6 +94,9 @@ def test_depth_and_size_limits():
         b"\x00\x00\x00\x05{}",
         pickle.dumps(object()),
         struct.pack(">I", 2) + b"{}" + struct.pack(">I", 2) + b"[]",
+        # JSON nested deeper than Python's recursion limit (json.loads raises RecursionError)
+        struct.pack(">I", 13) + b'{"sizes": []}' + struct.pack(">I", 200_000) + b"[" * 100_000 + b"]" * 100_000,
+        struct.pack(">I", 200_000) + b"[" * 100_000 + b"]" * 100_000 + struct.pack(">I", 2) + b"{}",
     ],
 )
 def test_malformed_frames_raise_protocol_error(body):

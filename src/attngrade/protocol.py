@@ -162,6 +162,8 @@ def decode(body: bytes, *, as_torch: bool = True) -> Any:
             pos += s
         if pos != len(body):
             raise ProtocolError("frame length does not match its blob table")
+    except RecursionError:  # JSON nested deeper than the interpreter's stack
+        raise ProtocolError("malformed frame: nested too deep") from None
     except (struct.error, ValueError, KeyError, TypeError) as e:
         raise ProtocolError(f"malformed frame: {e}") from None
 
