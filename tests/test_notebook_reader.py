@@ -18,6 +18,7 @@ import pytest
 from attngrade import notebook
 from attngrade.notebook import (
     MAX_BYTES,
+    MAX_FILE_BYTES,
     Submission,
     SubmissionError,
     find_submissions,
@@ -140,8 +141,72 @@ def test_missing_file(tmp_path):
 def test_too_large_is_refused_before_reading(tmp_path):
     big = tmp_path / "big.ipynb"
     with open(big, "wb") as f:
-        f.truncate(MAX_BYTES + 1)  # sparse: nothing is written, nothing must be read
+        f.truncate(MAX_FILE_BYTES + 1)  # sparse: nothing is written, nothing must be read
     refused(big, "big.ipynb", "MiB", "allowed")
+
+
+# -- outputs never count against a notebook ----------------------------------------------------
+
+
+def with_outputs(n_bytes: int) -> dict:
+    """The good notebook, its first code cell carrying about ``n_bytes`` of outputs: a stream, an
+    image and JSON whose strings hold brackets, quotes, escapes and the word "outputs"."""
+    tricky = 'a "quoted" ] } [ { \\ "outputs": [ string\n'
+    outputs = [
+        {"output_type": "stream", "name": "stdout", "text": [tricky] * 4},
+        {"output_type": "display_data", "metadata": {}, "data": {"image/png": "iVBOR" + "A" * n_bytes}},
+        {
+            "output_type": "execute_result",
+            "metadata": {},
+            "execution_count": 1,
+            "data": {"application/json": {"outputs": [[{"x": "]]"}]], "y": [1, {"z": []}]}},
+        },
+    ]
+    return nb(md("# hw02\n"), code(CODE, outputs=outputs), code("answer = f(1)\n", outputs=[]))
+
+
+def test_strip_outputs_empties_every_outputs_list_and_keeps_the_rest():
+    data = dumps(with_outputs(1000))
+    stripped = notebook.strip_outputs(data)
+    parsed = json.loads(stripped)
+    assert [c.get("outputs") for c in parsed["cells"]] == [None, [], []]
+    original = json.loads(data)
+    for cell in original["cells"]:
+        if "outputs" in cell:
+            cell["outputs"] = []
+    assert parsed == original
+    assert notebook.strip_outputs(b'{"cells": [{"outputs": [1, 2') == b'{"cells": [{"outputs": [1, 2'  # unterminated
+    assert (
+        notebook.strip_outputs(b'{"source": "outputs", "x": ["outputs"]}') == b'{"source": "outputs", "x": ["outputs"]}'
+    )
+
+
+def test_an_honest_notebook_with_outputs_over_the_limit_is_read_without_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(notebook, "MAX_BYTES", 50_000)
+    path = write(tmp_path / "alice.ipynb", with_outputs(200_000))
+    assert path.stat().st_size > 200_000
+    sub = read_submission(path)
+    assert sub.cells == GOOD_CELLS
+    assert any("outputs" in note and "not graded" in note for note in sub.notes), sub.notes
+
+
+def test_outputs_made_of_many_json_objects_do_not_count_either(tmp_path, monkeypatch):
+    monkeypatch.setattr(notebook, "MAX_JSON_CONTAINERS", 1000)
+    many = nb(
+        code(CODE, outputs=[{"output_type": "stream", "name": "stdout", "text": ["x"]}] * 2000), code("answer = f(1)\n")
+    )
+    assert read_submission(write(tmp_path / "bob.ipynb", many)).cells == GOOD_CELLS
+
+
+def test_code_over_the_limit_without_its_outputs_is_refused_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.setattr(notebook, "MAX_BYTES", 50_000)
+    big_code = nb(
+        code(
+            "x = '" + "y" * 60_000 + "'\n",
+            outputs=[{"output_type": "stream", "name": "stdout", "text": ["z" * 10_000]}],
+        )
+    )
+    refused(write(tmp_path / "carol.ipynb", big_code), "carol.ipynb", "without its outputs", "allowed")
 
 
 # -- notebooks that are not notebooks ------------------------------------------------------------

@@ -51,6 +51,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import stat
 import unicodedata
 import zipfile
@@ -59,7 +60,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_BYTES = 64 * 2**20
-"""The most bytes a submission file, or the notebook inflated from a zip, may have."""
+"""The most bytes a notebook may have once its outputs are removed (the notebook inflated from a
+zip: with them)."""
+MAX_FILE_BYTES = 512 * 2**20
+"""The most bytes a submitted notebook file may have with its outputs (which are removed before
+the limit of :data:`MAX_BYTES` applies: outputs never count against a notebook)."""
 MAX_ZIP_ENTRIES = 10_000
 """The most entries a submitted zip may list."""
 MAX_ZIP_DIRECTORY_BYTES = 4 * 2**20
@@ -258,8 +263,8 @@ def _size(n: int) -> str:
     return f"{n} bytes" if n < 2**20 else f"{n / 2**20:.1f} MiB ({n} bytes)"
 
 
-def _read_file(path: Path, shown: str, dir_fd: int | None = None) -> bytes:
-    """The bytes of a regular file, refusing links, special files and files over the cap."""
+def _read_file(path: Path, shown: str, dir_fd: int | None = None, limit: int = MAX_BYTES) -> bytes:
+    """The bytes of a regular file, refusing links, special files and files over ``limit`` bytes."""
     name = path.name if dir_fd is not None else path
     try:
         st = os.lstat(name, dir_fd=dir_fd)
@@ -273,9 +278,9 @@ def _read_file(path: Path, shown: str, dir_fd: int | None = None) -> bytes:
         )
     if not stat.S_ISREG(st.st_mode):
         raise SubmissionError(f"{shown} is {_kind(st.st_mode)}, not a regular file")
-    if st.st_size > MAX_BYTES:
+    if st.st_size > limit:
         raise SubmissionError(
-            f"{shown} is {_size(st.st_size)}, more than the {_size(MAX_BYTES)} allowed "
+            f"{shown} is {_size(st.st_size)}, more than the {_size(limit)} allowed "
             "(clear the notebook's outputs and submit it again)"
         )
     try:
@@ -287,9 +292,9 @@ def _read_file(path: Path, shown: str, dir_fd: int | None = None) -> bytes:
         if not stat.S_ISREG(st2.st_mode) or (st2.st_dev, st2.st_ino) != (st.st_dev, st.st_ino):
             raise SubmissionError(f"{shown} changed while it was being read")
         chunks, total = [], 0
-        while total <= MAX_BYTES:
+        while total <= limit:
             try:
-                chunk = os.read(fd, min(_CHUNK, MAX_BYTES + 1 - total))
+                chunk = os.read(fd, min(_CHUNK, limit + 1 - total))
             except BlockingIOError:
                 raise SubmissionError(f"{shown} is not a regular file") from None
             if not chunk:
@@ -300,8 +305,8 @@ def _read_file(path: Path, shown: str, dir_fd: int | None = None) -> bytes:
         raise SubmissionError(f"{shown} could not be read ({exc.strerror or type(exc).__name__})") from None
     finally:
         os.close(fd)
-    if total > MAX_BYTES:
-        raise SubmissionError(f"{shown} is more than the {_size(MAX_BYTES)} allowed")
+    if total > limit:
+        raise SubmissionError(f"{shown} is more than the {_size(limit)} allowed")
     return b"".join(chunks)
 
 
@@ -436,10 +441,54 @@ def notebook_cells(nb: object, shown: str) -> tuple[list[str], list[str]]:
     return out, notes
 
 
+_JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # a string, or a bracket
+_OUTPUTS_KEY = re.compile(rb'"outputs"\s*:\s*\[')
+
+
+def strip_outputs(data: bytes) -> bytes:
+    """A notebook's JSON with the value of every ``"outputs"`` key replaced by ``[]``, without
+    parsing it (so that a notebook with hundreds of megabytes of outputs is read in its code's
+    size). Bytes that are not such JSON come back unchanged, for the parser to refuse."""
+    pieces, kept_from = [], 0
+    tokens = _JSON_TOKEN.finditer(data)
+    for token in tokens:
+        if token.group() != b'"outputs"':
+            continue
+        key = _OUTPUTS_KEY.match(data, token.start())
+        if key is None:
+            continue
+        depth = 0
+        for inner in tokens:  # from the opening "[" to its match, strings skipped whole
+            mark = inner.group()
+            depth += 1 if mark in (b"[", b"{") else -1 if mark in (b"]", b"}") else 0
+            if depth == 0:
+                break
+        else:
+            return data  # unterminated: not a notebook
+        pieces += [data[kept_from : key.end() - 1], b"[]"]
+        kept_from = inner.end()
+    if not pieces:
+        return data
+    return b"".join(pieces) + data[kept_from:]
+
+
 def _notebook_from_bytes(data: bytes, shown: str) -> tuple[list[str], list[str]]:
     if not data.strip():
         raise SubmissionError(f"{shown} is empty" if not data else f"{shown} holds only white space")
-    return notebook_cells(_parse(_decode(data, shown), shown), shown)
+    notes = []
+    if len(data) > MAX_BYTES or data.count(b"{") + data.count(b"[") > MAX_JSON_CONTAINERS:
+        stripped = strip_outputs(data)
+        if len(stripped) < len(data):
+            notes.append(
+                f"{shown}: its outputs ({_size(len(data) - len(stripped))}) were left out; outputs are not graded"
+            )
+        data = stripped
+        if len(data) > MAX_BYTES:
+            raise SubmissionError(
+                f"{shown} is {_size(len(data))} without its outputs, more than the {_size(MAX_BYTES)} allowed"
+            )
+    cells, more = notebook_cells(_parse(_decode(data, shown), shown), shown)
+    return cells, notes + more
 
 
 # -- zips ---------------------------------------------------------------------------------------
@@ -596,7 +645,7 @@ def _read_folder(path: Path, name: str) -> Submission:
             )
         inner = path / found[0]
         inner_shown = _show(_decoded_name(f"{path.name}/{found[0]}"))
-        data = _read_file(inner, inner_shown, dir_fd=dfd)
+        data = _read_file(inner, inner_shown, dir_fd=dfd, limit=MAX_FILE_BYTES)
     finally:
         os.close(dfd)
     return _from_bytes(data, inner, name, inner_shown)
@@ -622,7 +671,9 @@ def read_submission(path: str | os.PathLike[str]) -> Submission:
         raise SubmissionError(f"{shown} could not be read ({exc.strerror or type(exc).__name__})") from None
     if stat.S_ISDIR(st.st_mode):
         return _read_folder(path, name)
-    data = _read_file(path, shown)
+    data = _read_file(path, shown, limit=MAX_FILE_BYTES)
+    if len(data) > MAX_BYTES and data.startswith(_ZIP_MAGIC):
+        raise SubmissionError(f"{shown} is {_size(len(data))}, more than the {_size(MAX_BYTES)} a zip may have")
     return _from_bytes(data, path, name, shown)
 
 
