@@ -140,12 +140,26 @@ def _write_class(folder: Path, notebooks: dict[str, dict | list]) -> Path:
     return folder
 
 
+#: a folder on the instructor's PYTHONPATH (set by ``shared``), as ``pip install --target`` or a
+#: module system makes one: every grading run of this module has it, and dana's notebook imports from it
+PYTHONPATH: list[str] = []
+
+
+def imports_from_pythonpath(hw) -> dict:
+    """The solutions, with an answer cell that starts by importing a module found only on PYTHONPATH."""
+    nb = submission_with(hw, {})
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "def softmax_beta(" in "".join(c["source"]))
+    cell["source"] = "import course_extra\nassert course_extra.GREETING\n\n\n" + "".join(cell["source"])
+    return nb
+
+
 def hw01_class(folder: Path, out: Path) -> Path:
     table = attacks(folder, out)  # the attacks aim at this class's own folders
     return _write_class(
         folder,
         {
             "alice": submission_with(homework("hw01"), {}),
+            "dana": imports_from_pythonpath(homework("hw01")),
             "bob": mutant_notebook(homework("hw01"), "key bias forgotten"),
             "carol": stub_submission(homework("hw01")),
             "mallory": table["kills_everything_it_can_in_a_cell"][0],
@@ -177,6 +191,7 @@ def cli(homework_name: str, folder: Path, out: Path) -> list[str]:
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(PYTHONPATH)
     return env
 
 
@@ -215,6 +230,11 @@ def shared(tmp_path_factory):
     try:
         os.chmod(work, 0o755)
         (work / "home").mkdir()
+        extra = work / "course packages"
+        extra.mkdir(mode=0o755)
+        (extra / "course_extra.py").write_text("GREETING = 'found on PYTHONPATH'\n")
+        os.chmod(extra / "course_extra.py", 0o644)
+        PYTHONPATH[:] = [str(extra)]
         c1 = hw01_class(work / "hw01_class", work / "user_out")  # its background process aims at (c)'s output
         c2 = hw02_class(work / "hw02_class")
         alone1 = run_alone(cli("hw01", c1, work / "alone1"))
@@ -371,6 +391,7 @@ def test_an_ordinary_user_gets_the_gradebook_root_gets(method, shared):
     book = gradebook(out)
     assert book == shared["hw01_book"]  # root's run of the same class
     assert next(r["total"] for r in book if r["submission"] == "alice") == "22"
+    assert next(r["total"] for r in book if r["submission"] == "dana") == "22"  # its import on PYTHONPATH was found
     if method == "setpriv":
         assert (out / "gradebook.csv").stat().st_uid == 1000
     # a process a submission left behind would have woken up and rewritten the gradebook by now

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -246,3 +247,40 @@ def test_unsafe_no_sandbox_grades_trusted_notebooks_the_same(graded_class, tmp_p
     assert "WITHOUT a sandbox" in proc.stderr
     assert (out / "gradebook.csv").read_text() == (graded_class.out / "gradebook.csv").read_text()
     assert set(glob.glob(f"{tempfile.gettempdir()}/attngrade-unsafe-*")) == before
+
+
+def test_the_sandbox_sees_the_packages_on_the_instructors_pythonpath(tmp_path):
+    """A course whose packages are found through ``PYTHONPATH`` (``pip install --target``, a module
+    system): the sandbox mounts those folders read-only and puts them on its path, so a notebook
+    that imports from them gets the score it gets in Jupyter. Without the variable, it cannot."""
+    hw = homework("hw00")
+    extra = tmp_path / "course packages"
+    extra.mkdir()
+    (extra / "course_extra.py").write_text("GREETING = 'hello from PYTHONPATH'\n")
+    subs = tmp_path / "submitted"
+    subs.mkdir()
+    answer = "import course_extra\nassert course_extra.GREETING\n\n\n"
+    nb = submission_with(hw, {})
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "code" and "def scores_row(" in "".join(c["source"]))
+    cell["source"] = answer + "".join(cell["source"])
+    write_notebook(nb, subs / "uses_extra.ipynb")
+    argv = [sys.executable, "-m", "attngrade", "hw00", str(subs), "--no-build", "--no-progress", "--out"]
+    seen = subprocess.run(
+        [*argv, str(tmp_path / "with")],
+        env={**os.environ, "PYTHONPATH": f"{extra}{os.pathsep}/nonexistent"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert seen.returncode == 0, seen.stderr
+    row = read_gradebook(tmp_path / "with")["uses_extra"]
+    assert row["total"] == row["possible"] == "20", row
+    unseen = subprocess.run(
+        [*argv, str(tmp_path / "without")],
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert unseen.returncode == 0, unseen.stderr
+    assert float(read_gradebook(tmp_path / "without")["uses_extra"]["total"]) < 20

@@ -32,13 +32,15 @@ import time
 from typing import Any
 
 from . import protocol
-from .view import MOUNT, View, bwrap_arguments
+from .view import MOUNT, View, bwrap_arguments, instructor_paths
 
 #: uids handed to sandboxes when the grader runs as root (a random one per worker)
 UID_RANGE = (2_000_000_000, 2_100_000_000)
 
 _BOOT = (
-    "import sys; sys.path.insert(0, {mount!r}); from attngrade.worker import worker_main; worker_main(int(sys.argv[1]))"
+    "import os, site, sys; "
+    "[site.addsitedir(d) for d in os.environ.pop('ATTNGRADE_USER_SITE', '').split(os.pathsep) if d]; "
+    "sys.path.insert(0, {mount!r}); from attngrade.worker import worker_main; worker_main(int(sys.argv[1]))"
 )
 
 
@@ -140,6 +142,14 @@ class Worker:
         for key in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # this machine's OpenBLAS needs them
             if key in os.environ:
                 env[key] = os.environ[key]
+        # the instructor's packages outside the installation, in the same roles as on the host
+        # (mounted read-only by bwrap_arguments): PYTHONPATH entries, and the user site-packages,
+        # which Python's -s leaves out and the boot line adds back with its .pth files
+        entries, users = instructor_paths()
+        if entries:
+            env["PYTHONPATH"] = os.pathsep.join(entries)
+        if users:
+            env["ATTNGRADE_USER_SITE"] = os.pathsep.join(users)
         try:
             self.proc = subprocess.Popen(
                 command,

@@ -145,9 +145,27 @@ def build_view(root: str | os.PathLike[str], forbidden: list[str]) -> View:
     return view
 
 
+def instructor_paths() -> tuple[list[str], list[str]]:
+    """Where the grading Python finds packages beyond its installation: (the ``PYTHONPATH``
+    entries, the user site-packages folder when this Python uses one). The sandbox mounts both
+    read-only and puts them on its path in the same roles (:class:`attngrade.sandbox.Sandbox`), so a
+    course installed with ``pip install --target``, a module system or ``pip install --user`` works
+    there as it does for the instructor. Entries that are not folders are left out, and so are
+    ``/`` and the home folder itself, which would show the sandbox far more than packages."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    entries = []
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        real = os.path.realpath(entry) if entry else ""
+        if real and os.path.isdir(real) and real not in ("/", home) and real not in entries:
+            entries.append(real)
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    users = [os.path.realpath(user)] if user and os.path.isdir(user) else []
+    return entries, users
+
+
 def _python_roots() -> list[str]:
-    """The folders the sandbox's Python needs: its installation, the virtual environment and every
-    site-packages folder (deduplicated, parents first)."""
+    """The folders the sandbox's Python needs: its installation, the virtual environment, every
+    site-packages folder and :func:`instructor_paths` (deduplicated, parents first)."""
     paths = {
         sys.prefix,
         sys.base_prefix,
@@ -157,9 +175,8 @@ def _python_roots() -> list[str]:
         sysconfig.get_paths()["platstdlib"],
         *site.getsitepackages(),
     }
-    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
-    if user and os.path.isdir(user):
-        paths.add(user)
+    entries, users = instructor_paths()
+    paths.update(entries + users)
     for p in list(paths):
         paths.add(os.path.realpath(p))
     exe = os.path.realpath(sys.executable)
