@@ -10,6 +10,7 @@ from torch.testing import assert_close
 
 from attnbook import attention, causal_mask
 from attnbook.kv_cache import KVCache
+from attnbook.tiled_attention import attention_rounding_bound
 
 from .conftest import tolerances
 
@@ -49,6 +50,9 @@ def test_decoding_equals_full_causal_attention(device, dtype, batch, n, d_k, d_v
         rows.append(out)
     assert len(cache) == n
     assert_close(torch.cat(rows, dim=-2), expected, **tolerances(dtype))
+    mask = causal_mask(n, device=device)  # and within the derived rounding bound, entry by entry (chapter 8)
+    bound = attention_rounding_bound(q, k, v, mask) + attention_rounding_bound(q, k, v, mask, blocks=n)
+    assert ((torch.cat(rows, dim=-2) - expected).abs() <= bound).all()
     assert_close(cache.keys, k)
     assert_close(cache.values, v)
 

@@ -19,6 +19,7 @@ from attnbook.online_softmax import (
     running_max,
     running_sum,
     safe_shift,
+    softmax_rounding_bound,
 )
 
 from .conftest import tolerances
@@ -42,8 +43,36 @@ def scores_with_masks(shape, seed, masked_fraction, *, dtype, device):
     masked_fraction=st.sampled_from([0.0, 0.3, 0.8, 1.0]),
 )
 def test_online_softmax_equals_softmax(device, dtype, rows, m, block_size, seed, masked_fraction):
+    """Equal within the derived rounding bound, weight by weight (chapter 8), in float32 as in float64."""
     scores = scores_with_masks((rows, m), seed, masked_fraction, dtype=dtype, device=device)
-    assert_close(online_softmax(scores, block_size=block_size), softmax(scores), **tolerances(dtype))
+    blocks = math.ceil(m / block_size)
+    bound = softmax_rounding_bound(scores, blocks=blocks) + softmax_rounding_bound(scores)
+    assert ((online_softmax(scores, block_size=block_size) - softmax(scores)).abs() <= bound).all()
+
+
+@pytest.mark.parametrize("spread", [0.1, 3.0, 30.0])
+def test_rounding_bound_holds_and_is_small(device, dtype, spread):
+    """The bound holds for scores of any spread, masked entries and fully masked rows get bound 0, and in
+    float64 it is far below 1e-12 (not a vacuous tolerance)."""
+    scores = spread * scores_with_masks((64, 40), 7, 0.2, dtype=dtype, device=device)
+    scores[3] = -math.inf  # a fully masked row
+    worst = 0.0
+    for block_size in (1, 3, 8, 40):
+        bound = softmax_rounding_bound(scores, blocks=math.ceil(40 / block_size)) + softmax_rounding_bound(scores)
+        difference = (online_softmax(scores, block_size=block_size) - softmax(scores)).abs()
+        assert (difference <= bound).all()
+        worst = max(worst, (difference / bound).nan_to_num(0.0).max().item())
+    assert (softmax_rounding_bound(scores)[scores == -math.inf] == 0).all()
+    assert worst < 1  # (measured well below: the bound is a worst case)
+    if dtype == torch.float64 and spread <= 3.0:
+        assert softmax_rounding_bound(scores, blocks=40).max() < 1e-12
+
+
+def test_rounding_bound_refuses_bad_blocks():
+    with pytest.raises(TypeError, match="blocks"):
+        softmax_rounding_bound(torch.zeros(3), blocks=None)
+    with pytest.raises((TypeError, ValueError), match="blocks"):
+        softmax_rounding_bound(torch.zeros(3), blocks=0)
 
 
 @PROPERTY

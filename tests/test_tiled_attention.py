@@ -13,10 +13,10 @@ from torch.testing import assert_close
 
 from attnbook import attention, causal_mask, padding_mask
 from attnbook.memory import peak_memory_bytes
-from attnbook.tiled_attention import attention_tiles, tiled_attention
+from attnbook.tiled_attention import attention_rounding_bound, attention_tiles, tiled_attention
 
 PROPERTY = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-EXACT = {"atol": 1e-6, "rtol": 1e-6}  # the issue's bound in float64 (the differences are ~1e-15)
+EXACT = {"atol": 1e-6, "rtol": 1e-6}  # the package's bound in float64 (the differences are ~1e-15)
 
 
 def draw(shape, g, dtype, device):
@@ -78,6 +78,44 @@ def test_equals_attention_float64(device, batch, n, m, d_k, d_v, block_size, cau
     out = tiled_attention(q, k, v, mask=mask, block_size=block_size, causal=causal)
     assert out.shape == expected.shape and out.dtype == dtype and out.device.type == device.type
     assert_close(out, expected, **EXACT)
+    blocks = math.ceil(m / block_size)  # the derived rounding bound, entry by entry (chapter 8)
+    bound = attention_rounding_bound(q, k, v, full, blocks=blocks) + attention_rounding_bound(q, k, v, full)
+    assert ((out - expected).abs() <= bound).all()
+
+
+@PROPERTY
+@given(
+    n=st.integers(1, 40),
+    m=st.integers(1, 40),
+    d_k=st.integers(1, 16),
+    block_size=st.integers(1, 16),
+    size=st.sampled_from([0.1, 1.0, 4.0]),
+    mask_kind=masks,
+    seed=st.integers(0, 10**6),
+)
+def test_rounding_bound_holds(device, dtype, n, m, d_k, block_size, size, mask_kind, seed):
+    """Tiled, explicit and fused attention agree within the sum of their rounding bounds, in float32 (where
+    the rounding is visible) as in float64, for scores of any size."""
+    g = torch.Generator().manual_seed(seed)
+    q = size * draw((2, n, d_k), g, dtype, device)
+    k, v = draw((2, m, d_k), g, dtype, device), draw((2, m, 3), g, dtype, device)
+    mask = make_mask(mask_kind, (2,), n, m, g, dtype, device)
+    explicit, _ = attention(q, k, v, mask=mask)
+    fused, _ = attention(q, k, v, mask=mask, need_weights=False)
+    tiled = tiled_attention(q, k, v, mask=mask, block_size=block_size)
+    one_block = attention_rounding_bound(q, k, v, mask)
+    assert (
+        (tiled - explicit).abs() <= one_block + attention_rounding_bound(q, k, v, mask, blocks=-(-m // block_size))
+    ).all()
+    assert ((fused - explicit).abs() <= one_block + attention_rounding_bound(q, k, v, mask, blocks=m)).all()
+
+
+def test_rounding_bound_is_small_in_float64():
+    """Not a vacuous tolerance: far below the package's 1e-6 at the chapter's sizes."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (draw((2, 3, 37, 8), g, torch.float64, "cpu") for _ in range(3))
+    bound = attention_rounding_bound(q, k, v, blocks=37)
+    assert bound.shape == (2, 3, 37, 1) and bound.max() < 1e-12
 
 
 def test_equals_sdpa_is_causal(device, dtype):
@@ -167,9 +205,10 @@ def test_causal_tiled_attention_never_reads_skipped_tiles():
     assert torch.isnan(attention(q[:block], k_bad, v_bad, mask=causal_mask(block, n))[0]).all()
 
 
-def test_memory_grows_with_n_times_block_not_n_squared(device):
-    """The theory's bounds, with margins wide enough for any allocator (the CUDA caching allocator rounds
-    every block up to 512 bytes; another PyTorch version may keep a temporary more or less)."""
+def test_memory_is_the_output_plus_tiles_not_n_squared(device):
+    """The theory's bounds, O(n d + B^2), with margins wide enough for any allocator (the CUDA caching
+    allocator rounds every block up to 512 bytes; another PyTorch version may keep a temporary more or
+    less)."""
     if device.type not in ("cpu", "cuda"):
         pytest.skip("peak memory is measured on cpu and cuda")
     g = torch.Generator().manual_seed(5)
@@ -182,6 +221,10 @@ def test_memory_grows_with_n_times_block_not_n_squared(device):
     assert 2 * score_bytes <= explicit <= 6 * score_bytes  # at least the scores and the weights
     assert tiled <= 8 * (output_bytes + tile_bytes)  # the output, running numbers and a few tiles
     assert tiled < score_bytes / 10
+    # beyond the output, the same bytes at twice the length: the tiles do not grow with n
+    q2, k2, v2 = (draw((2 * n, d), g, torch.float32, device) for _ in range(3))
+    tiled_twice = peak_memory_bytes(lambda: tiled_attention(q2, k2, v2, block_size=block), device)
+    assert tiled_twice - 2 * output_bytes <= 1.05 * (tiled - output_bytes)
 
 
 def test_memory_of_a_single_tile_is_no_smaller(device):

@@ -11,8 +11,9 @@ What it saves is recomputing the past: without a cache step t would project the 
 of all t earlier tokens again, O(t d_model d) work per step and layer (the row of attention itself,
 O(t d), is needed either way). In a decoder of several layers the lower layers would also have to
 recompute their output at every earlier position, since the next layer's keys and values are made
-from it; chapter 8 counts both. Stacking the rows :math:`o_0, \dots, o_{n-1}` gives exactly causal
-self-attention over the n tokens.
+from it; chapter 8 counts both. Stacking the rows :math:`o_0, \dots, o_{n-1}` gives causal
+self-attention over the n tokens: exactly in exact arithmetic, and in floating point within the
+rounding bound of :func:`attnbook.tiled_attention.attention_rounding_bound` (chapter 8 checks it).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-r"""Tiled attention: exact attention one tile of scores at a time, without the n x m matrix (chapter 8).
+r"""Tiled attention: attention one tile of scores at a time, without the n x m matrix (chapter 8).
 
 The loop of FlashAttention, written with PyTorch operations instead of one fused kernel, so it
 shows the memory saving but not the speed. The queries are cut into blocks :math:`Q_i` of
@@ -14,8 +14,9 @@ per query, a running maximum :math:`M`, a running normaliser :math:`L` and a run
 .. math:: L \leftarrow \alpha L + \operatorname{rowsum} P_{ij}, \qquad
           O \leftarrow \alpha O + P_{ij} V_j, \qquad M \leftarrow M',
 
-and after the last key block the output rows of the block are :math:`O / L`, exactly
-:math:`\operatorname{softmax}(S) V`. Between tiles only the (block, d_v) output, two (block,)
+and after the last key block the output rows of the block are :math:`O / L`, which is
+:math:`\operatorname{softmax}(S) V` exactly in exact arithmetic and within
+:func:`attention_rounding_bound` in floating point. Between tiles only the (block, d_v) output, two (block,)
 vectors and one (block, block) tile of scores exist; the (n, m) score matrix never does.
 
 Loop order: FlashAttention (Dao et al. 2022, Algorithm 1) puts the key blocks in the outer loop
@@ -82,11 +83,11 @@ def attention_tiles(n: int, m: int, block_size: int, *, causal: bool = False) ->
     return tiles
 
 
-# O_t = alpha_t O_{t-1} + P_t V_{B_t}
+# O_t = alpha_t O_{t-1} + P_t V_t   (V_t: the values of block t)
 def running_output(
     previous_output: torch.Tensor, alpha: torch.Tensor, p: torch.Tensor, value_block: torch.Tensor
 ) -> torch.Tensor:
-    r"""The running unnormalised output :math:`O_t = \alpha_t O_{t-1} + P_t V_{B_t}` (chapter 8).
+    r"""The running unnormalised output :math:`O_t = \alpha_t O_{t-1} + P_t V_{\mathcal{B}_t}` (chapter 8).
 
     Args:
         previous_output: :math:`O_{t-1}` (..., n, d_v), zeros before the first block.
@@ -196,3 +197,57 @@ def tiled_attention(
             m_i = new_max
         output[..., i0:i1, :] = normalize_output(o_i, l_i).to(query.dtype)  # O / L (0 if nothing is visible)
     return output
+
+
+# |o_i (computed) - o_i| <= eps v_bar (2m + 6 + (2 d_k + 10) s_bar_i + (blocks + 1)(4 s_bar_i + 6))
+def attention_rounding_bound(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    scale: float | None = None,
+    blocks: int = 1,
+) -> torch.Tensor:
+    r"""A bound on the rounding error of each output row of attention in the inputs' dtype (chapter 8).
+
+    For query :math:`i` let :math:`\bar s_i = \max_j \bigl(\text{scale} \sum_l |q_{il}| |k_{jl}| + |\text{mask}_{ij}|\bigr)`
+    (the mask term only for a float mask, over its finite entries), a bound on every score of the
+    query, and :math:`\bar v = \max_{j, l} |v_{jl}|`. Any computation of
+    :math:`\operatorname{softmax}(\text{mask}(\text{scale}\, q_i K^\top)) V` by dot products,
+    a softmax over at most ``blocks`` blocks (:func:`attnbook.online_softmax.softmax_rounding_bound`)
+    and a weighted sum of the values rescaled as often (the explicit formula and the fused kernel
+    with ``blocks = 1``, :func:`tiled_attention` with one block per tile of keys) is within
+
+    .. math:: \epsilon \bar v \bigl(2m + 6 + (2 d_k + 10) \bar s_i + (\text{blocks} + 1)(4 \bar s_i + 6)\bigr)
+
+    of the exact output in every entry of row :math:`i`, to first order in the unit roundoff
+    :math:`\epsilon` (``torch.finfo(dtype).eps / 2``). The derivation: a dot product of length
+    :math:`d_k` is accurate to :math:`d_k \epsilon \sum_l |q_{il} k_{jl}|`, and the scaling, a rounded
+    scale (or its square root applied to both factors, as a fused kernel may do) and the mask
+    add :math:`5 \epsilon \bar s_i`; an error of at most :math:`\eta` in the scores changes each weight
+    by a factor within :math:`e^{\pm 2 \eta}`; the softmax's own rounding is bounded with
+    :math:`\Delta \le 2 \bar s_i`; the weighted sum of :math:`m` values and its rescalings are bounded as
+    the normaliser is, each relative error multiplying :math:`\sum_j a_j |v_{jl}| \le \bar v`. Two
+    computations differ by at most the sum of their bounds Weights below the dtype's smallest normal number
+    (underflow) are outside the derivation, as in the softmax bound.
+
+    Args:
+        query, key, value, mask, scale: as in :func:`attnbook.attention`.
+        blocks: the number of blocks of keys the computation rescales over, an int >= 1.
+
+    Returns:
+        The bound for each query, shape (..., n, 1): it broadcasts against the output (..., n, d_v).
+    """
+    score_shape, mask = check_attention_inputs(query, key, value, mask)
+    _check_block_size(blocks, "blocks")
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    eps = torch.finfo(query.dtype).eps / 2  # the unit roundoff
+    d_k, m = query.shape[-1], score_shape[-1]
+    size = abs(scale) * (query.abs() @ key.abs().transpose(-2, -1))  # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
+    if mask is not None and mask.dtype != torch.bool:
+        size = size + mask.abs().masked_fill(mask == -math.inf, 0.0)  # |mask_ij| where finite, (..., n, m)
+    s_bar = size.amax(dim=-1, keepdim=True)  # (..., n, 1): every score of query i is at most s_bar_i in size
+    v_bar = value.abs().amax(dim=(-2, -1), keepdim=True)  # (..., 1, 1): the largest value entry
+    return eps * v_bar * (2 * m + 6 + (2 * d_k + 10) * s_bar + (blocks + 1) * (4 * s_bar + 6))  # (..., n, 1)
