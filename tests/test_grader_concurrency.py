@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from shlex import quote
 
 import pytest
 
@@ -278,16 +279,30 @@ def test_concurrent_gradings_give_what_each_gives_alone(shared):
 # -- (c) as an ordinary user --------------------------------------------------------------------
 
 
+def _untraversable_top(path: str) -> str | None:
+    """The highest folder above ``path`` that other users may not enter (no o+x), or None."""
+    for parent in reversed(Path(path).parents):
+        if str(parent) != "/" and not os.stat(parent).st_mode & 0o001:
+            return str(parent)
+    return None
+
+
 def _as_ordinary_user_with_setpriv(argv, work: Path) -> list[str]:
-    """uid 1000 on this machine (setpriv), in a mount namespace where /root (the Python install
-    may live there, mode 700) is a traversable tmpfs with the install bound back into it."""
-    base = os.path.realpath(sys.base_prefix)
-    stash = work / "python-install"
-    stash.mkdir(exist_ok=True)
-    script = (
-        f"mount --bind '{base}' '{stash}' && mount -t tmpfs -o mode=0755 tmpfs /root && "
-        f"mkdir -p '{base}' && mount --bind '{stash}' '{base}' && exec \"$@\""
-    )
+    """uid 1000 on this machine (setpriv), in a mount namespace where each folder it could not
+    enter on the way to the Python install, the checkout and its virtual environment (/root, where
+    the Python install may live; a private folder made by mktemp -d holding the checkout) is a
+    traversable tmpfs with those folders bound back into it."""
+    needed = list(dict.fromkeys(os.path.realpath(p) for p in (sys.base_prefix, REPO, sys.prefix)))
+    closed = sorted({top for p in needed if (top := _untraversable_top(p))})
+    stashes, rebinds = [], []
+    for k, path in enumerate(needed):
+        if any(path.startswith(top + "/") for top in closed):
+            stash = work / f"mount-{k}"
+            stash.mkdir(exist_ok=True)
+            stashes.append(f"mount --bind {quote(path)} {quote(str(stash))}")
+            rebinds.append(f"mkdir -p {quote(path)} && mount --bind {quote(str(stash))} {quote(path)}")
+    covers = [f"mount -t tmpfs -o mode=0755 tmpfs {quote(top)}" for top in closed]
+    script = " && ".join([*stashes, *covers, *rebinds, 'exec "$@"'])
     return [
         "unshare",
         "--mount",
