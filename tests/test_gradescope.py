@@ -21,6 +21,7 @@ from attngrade.homework import Homework
 from attngrade.integrity import INTEGRITY_FILE
 
 from .homework_support import autograder_zip, bwrap_available, homework, is_current
+from .submissions import comparing_submission
 
 HW = "hw02"
 FULL = {"q1": 4.0, "q2": 3.0, "q3": 6.0, "q4": 4.0}
@@ -57,10 +58,11 @@ def _replace_function(nb: dict, name: str, body: str) -> None:
 
 
 def _notebooks(hw: Homework, folder: Path) -> dict[str, Path]:
-    """The solutions, and a notebook that is wrong in q1 and answers q3 and q4 with the course's
-    references (two submissions, so two ``otter run``: each costs a kernel and torch)."""
+    """The solutions, comparing with a reference above and below every answer (an honest habit
+    both graders must forgive), and a notebook that is wrong in q1 and answers q3 and q4 with the
+    course's references (two submissions, so two ``otter run``: each costs a kernel and torch)."""
     solutions = json.loads(hw.autograder_notebook.read_text(encoding="utf-8"))
-    honest = json.loads(json.dumps(solutions))
+    honest = comparing_submission(hw)
 
     wrong_and_cheat = json.loads(json.dumps(solutions))
     _replace_function(wrong_and_cheat, "causal_keep_mask", WRONG_CAUSAL_MASK)  # off by one: j < i
