@@ -1,5 +1,5 @@
-"""ALiBi, attention with linear biases (chapter 9): the slopes of the paper, the bias written with
-loops, translation invariance (hypothesis), the key-position-only form some libraries use, and the
+"""ALiBi, attention with linear biases (chapter 9): the slopes of the authors' reference code and
+their order, the bias written with loops, translation invariance (hypothesis), the key-position-only form some libraries use, and the
 errors."""
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ F64 = torch.float64
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
-def paper_slopes(n: int) -> list[float]:
-    """The slopes as the ALiBi authors' code computes them (recursive for H not a power of two)."""
+def reference_slopes(n: int) -> list[float]:
+    """The slopes as ``get_slopes`` in the ALiBi authors' code (ofirpress/attention_with_linear_biases)
+    computes them: the paper's geometric sequence for a power of two, recursive otherwise."""
 
     def power_of_2(k: int) -> list[float]:
         start = 2 ** (-(2 ** -(math.log2(k) - 3)))
@@ -31,15 +32,36 @@ def paper_slopes(n: int) -> list[float]:
     if math.log2(n).is_integer():
         return power_of_2(n)
     closest = 2 ** math.floor(math.log2(n))
-    return power_of_2(closest) + paper_slopes(2 * closest)[0::2][: n - closest]
+    return power_of_2(closest) + reference_slopes(2 * closest)[0::2][: n - closest]
 
 
 @pytest.mark.parametrize("heads", [1, 2, 3, 5, 6, 8, 12, 16, 20, 32, 40, 96])
-def test_slopes_match_the_paper(device, heads):
+def test_slopes_match_the_reference_code(device, heads):
     slopes = alibi_slopes(heads, device=device, dtype=F64)
     assert slopes.shape == (heads,) and slopes.device.type == device.type
-    assert_close(slopes.cpu(), torch.tensor(paper_slopes(heads), dtype=F64))
+    assert_close(slopes.cpu(), torch.tensor(reference_slopes(heads), dtype=F64))
     assert ((slopes > 0) & (slopes < 1)).all()
+
+
+@pytest.mark.parametrize("heads", [1, 2, 3, 5, 6, 7, 8, 12, 16, 20, 24, 40, 96])
+def test_slope_order(heads):
+    """Decreasing for a power of two; otherwise two decreasing parts whose slopes interleave: all of
+    them are slopes of 2P heads, and sorted they are those numbered 1, ..., 2(H - P), then the even
+    ones up to 2P (numbered from 1)."""
+    slopes = alibi_slopes(heads, dtype=F64)
+    power = 2 ** math.floor(math.log2(heads))
+    first, late = slopes[:power], slopes[power:]
+    assert (first[1:] < first[:-1]).all() and (late[1:] < late[:-1]).all()  # each part decreasing
+    decreasing = bool((slopes[1:] < slopes[:-1]).all())
+    assert decreasing == (heads == power)  # the whole only for a power of two
+    numbers = sorted(set(range(1, 2 * (heads - power) + 1)) | set(range(2, 2 * power + 1, 2)))
+    assert len(numbers) == heads
+    double = alibi_slopes(2 * power, dtype=F64)  # slope number h at index h - 1
+    assert_close(slopes.sort(descending=True).values, double[[h - 1 for h in numbers]])
+    if heads == 12:
+        assert_close(
+            slopes, torch.tensor([2.0**-h for h in range(1, 9)] + [2.0**-h for h in (0.5, 1.5, 2.5, 3.5)], dtype=F64)
+        )
 
 
 def test_slopes_for_eight_heads_and_the_geometric_sequence():

@@ -224,3 +224,36 @@ def test_flex_attention_block_mask(device):
     assert_close(out, attention(q, k, v, mask=keep)[0], atol=1e-10, rtol=1e-10)
     assert_close(out, sliding_window_attention(q, k, v, w), atol=1e-10, rtol=1e-10)
     assert math.isclose(int(keep.sum()), n * w - w * (w - 1) // 2)
+
+
+def flex_snippet() -> str:
+    """The ``flex_attention`` code block of chapter 9, as the reader sees it."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "book" / "09_modern_attention.md").read_text(encoding="utf-8")
+    blocks = [block.split("```", 1)[0] for block in text.split("```{code-block} python\n")[1:]]
+    (snippet,) = [block for block in blocks if "create_block_mask" in block]
+    return snippet
+
+
+def test_chapter_flex_attention_snippet_runs(device, monkeypatch):
+    """The chapter's snippet runs on the device it names (without one, ``create_block_mask`` builds its
+    blocks on CUDA in early PyTorch versions) and gives the masked attention. Compiling takes more than ten
+    seconds on a CPU, so ``torch.compile`` is replaced by the identity here: flex_attention then runs
+    its unfused reference."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    snippet = flex_snippet()
+    assert "device=device" in snippet
+    n, w = 256, 40
+    q, k, v = qkv((1, 2), n, 16, 16, device=device, seed=6)  # (batch, heads, n, d_head)
+    monkeypatch.setattr(torch, "compile", lambda fn, *args, **kwargs: fn)
+    namespace = {"torch": torch, "device": device, "n": n, "w": w, "q": q, "k": k, "v": v}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "flex_attention called without torch.compile()"
+        try:
+            exec(compile(snippet, "chapter 9, flex_attention snippet", "exec"), namespace)
+        except Exception as error:  # a backend that cannot run it here
+            if device.type == "cpu":
+                raise
+            pytest.skip(f"flex_attention does not run on {device}: {type(error).__name__}: {error}")
+    assert_close(namespace["out"], attention(q, k, v, mask=sliding_window_mask(n, w, device=device))[0])

@@ -25,18 +25,26 @@ _ALIGNS = ("upper_left", "lower_right")
 
 
 # H = 2^k:  mu_h = 2^(-8 h / H),  h = 1, ..., H   (start 2^(-8/H), ratio 2^(-8/H))
-# otherwise, with P = 2^floor(log2 H):  slopes(P) followed by every other slope of slopes(2P), H - P of them
+# otherwise, with P = 2^floor(log2 H):  slopes(P), then slopes(2P) numbered 1, 3, ..., 2(H - P) - 1
+# (the rule of get_slopes in the authors' code, ofirpress/attention_with_linear_biases)
 def alibi_slopes(
     num_heads: int, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
 ) -> torch.Tensor:
     r"""The per-head slopes of ALiBi: the geometric sequence :math:`\mu_h = 2^{-8h/H}`, :math:`h = 1, \dots, H` (chapter 9).
 
-    For 8 heads: 1/2, 1/4, ..., 1/256. When H is not a power of two, the paper takes the slopes of
-    the nearest power of two below, :math:`P = 2^{\lfloor \log_2 H \rfloor}`, followed by the first
-    H - P of the odd-numbered slopes of 2P heads (those that fall between the first ones).
+    For 8 heads: 1/2, 1/4, ..., 1/256. The paper defines the slopes for H a power of two. For other
+    H this follows the authors' reference code (``get_slopes`` in the repository
+    ``ofirpress/attention_with_linear_biases``): the slopes of the nearest power of two below,
+    :math:`P = 2^{\lfloor \log_2 H \rfloor}`, followed by the first H - P of the odd-numbered
+    slopes of 2P heads, :math:`2^{-4(2k-1)/P}` for :math:`k = 1, \dots, H - P`.
 
     Returns:
-        A tensor of shape (num_heads,), decreasing, every slope in (0, 1).
+        A tensor of shape (num_heads,), every slope in (0, 1). For H a power of two it is strictly
+        decreasing. Otherwise each of its two parts (the first P, the last H - P) is strictly
+        decreasing but the whole is not: the late slopes interleave with the first ones, e.g. for
+        12 heads :math:`2^{-1}, \dots, 2^{-8}` then :math:`2^{-1/2}, 2^{-3/2}, 2^{-5/2}, 2^{-7/2}`.
+        All of them are slopes of 2P heads: sorted in decreasing order, they are those numbered
+        1, 2, ..., 2(H - P), then the even-numbered ones up to 2P.
     """
     check_sizes(num_heads=num_heads)
     check_dtype(dtype)

@@ -3,13 +3,18 @@ r"""Multi-query and grouped-query attention: key and value heads shared by group
 Multi-head attention (chapter 3) gives each of its :math:`H` heads its own keys and values, and a
 decoder's key-value cache (chapter 8) stores all of them. Grouped-query attention (GQA,
 Ainslie et al. 2023) keeps :math:`H_q` query heads but only :math:`H_{kv}` key and value heads,
-:math:`H_q = g\,H_{kv}`: query head :math:`h` uses key and value head :math:`\lfloor h / g \rfloor`,
+:math:`H_q = g\,H_{kv}`: counting heads from 1 as chapter 3 does, query head :math:`h` uses key and
+value head :math:`\lceil h / g \rceil`,
 
-.. math:: O^h = \operatorname{Attention}\!\left(Q^h, K^{\lfloor h/g \rfloor}, V^{\lfloor h/g \rfloor}\right),
-          \qquad h = 0, \dots, H_q - 1.
+.. math:: O^h = \operatorname{Attention}\!\left(Q^h, K^{\lceil h/g \rceil}, V^{\lceil h/g \rceil}\right),
+          \qquad h = 1, \dots, H_q,
 
+that is, in tensor indices counted from 0, head index ``h`` uses key-value index ``h // g``.
 :math:`H_{kv} = H_q` is multi-head attention, :math:`H_{kv} = 1` multi-query attention (MQA,
-Shazeer 2019). The cache shrinks by the factor :math:`g` (:func:`kv_cache_bytes`).
+Shazeer 2019). The cache shrinks by the factor :math:`g` (:func:`kv_cache_bytes`). Repeating the
+key and value heads g times (``repeat_interleave``) gives the same output without changing what
+the cache stores, but makes a transient copy g times the cache and moves more bytes than
+multi-head attention (chapter 9 counts them with :func:`attnbook.traffic.bytes_moved`).
 """
 
 from __future__ import annotations
@@ -54,14 +59,14 @@ def _group_mask(mask: torch.Tensor | None, h_kv: int, groups: int, n: int) -> to
     if mask.shape[-3] == 1:
         mask = mask.unsqueeze(-3)  # (..., 1, 1, n or 1, m or 1): the same for every head
     else:
-        mask = mask.unflatten(-3, (h_kv, groups))  # (..., H_kv, g, n or 1, m or 1): head h = (h // g, h % g)
+        mask = mask.unflatten(-3, (h_kv, groups))  # (..., H_kv, g, n or 1, m or 1): head index h = (h // g, h % g)
     if mask.shape[-3] == 1 and mask.shape[-2] == 1:
         return mask.squeeze(-3)  # (..., H_kv or 1, 1, m or 1): one row for all g n query rows
     rows = mask.expand(*mask.shape[:-3], groups, n, mask.shape[-1])  # (..., H_kv or 1, g, n, m or 1)
     return rows.flatten(-3, -2)  # (..., H_kv or 1, g n, m or 1)
 
 
-# O^h = Attention(Q^h, K^(h // g), V^(h // g)),   g = H_q / H_kv
+# O^h = Attention(Q^h, K^ceil(h / g), V^ceil(h / g)),   h = 1..H_q, g = H_q / H_kv  (index h // g from 0)
 def grouped_query_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -70,16 +75,19 @@ def grouped_query_attention(
     scale: float | None = None,
     need_weights: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    r"""Grouped-query attention: query head h attends with key and value head h // g (chapter 9).
+    r"""Grouped-query attention: query head h attends with key and value head ceil(h / g) (chapter 9).
 
     .. math:: O^h = \operatorname{softmax}\!\left(\operatorname{mask}\!\left(
-              \frac{Q^h (K^{\lfloor h/g \rfloor})^\top}{\sqrt{d_k}}\right)\right) V^{\lfloor h/g \rfloor},
-              \qquad g = H_q / H_{kv}
+              \frac{Q^h (K^{\lceil h/g \rceil})^\top}{\sqrt{d_k}}\right)\right) V^{\lceil h/g \rceil},
+              \qquad h = 1, \dots, H_q, \quad g = H_q / H_{kv}
+
+    (heads counted from 1; along the head axis, index ``h`` uses key-value index ``h // g``).
 
     The same as repeating each key and value head g times (``repeat_interleave(g, dim=-3)``) and
     running multi-head attention, and as ``scaled_dot_product_attention(..., enable_gqa=True)``.
     Here the g query heads of a group are stacked as g n query rows against their one key and
-    value head, so the keys and values are read in place, never copied. ``H_kv = 1`` is
+    value head, so the keys and values are read in place, never copied: one decoding step reads
+    the cache once, 1/g of the key and value bytes of multi-head attention with H_q heads. ``H_kv = 1`` is
     multi-query attention.
 
     Args:
@@ -110,7 +118,7 @@ def grouped_query_attention(
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale, enable_gqa=True)
         return out, None
     n = query.shape[-2]
-    q = query.unflatten(-3, (h_kv, groups))  # (..., H_kv, g, n, d_k): query head h = (h // g, h % g)
+    q = query.unflatten(-3, (h_kv, groups))  # (..., H_kv, g, n, d_k): query head index h = (h // g, h % g)
     q = q.flatten(-3, -2)  # (..., H_kv, g n, d_k): a group's query heads as rows against one key head
     with skip_checks():  # the shapes are right by construction
         output, weights = attention(q, key, value, mask=_group_mask(mask, h_kv, groups, n), scale=scale)

@@ -5,7 +5,7 @@ key j, like :func:`attnbook.causal_mask` and :func:`attnbook.padding_mask`; they
 those by ``&`` (a key is kept only if every mask keeps it).
 
 * :func:`sliding_window_mask`: query i sees the ``window`` keys i - window + 1, ..., i (causal, as
-  in Mistral and Gemma's local layers), or every key with :math:`|i - j| < \text{window}`.
+  Hugging Face's masks count a ``sliding_window``), or every key with :math:`|i - j| < \text{window}`.
 * :func:`block_sparse_mask`: a boolean layout over blocks of ``block_size`` queries and keys, each
   block kept or dropped whole (Sparse Transformer, BigBird); :func:`block_layout` goes back from a
   mask to the blocks that hold at least one kept entry, the blocks a block-sparse kernel such as
@@ -43,10 +43,10 @@ def sliding_window_mask(
               M_{ij} = [\,|(i + o) - j| < w\,] \quad\text{(bidirectional)}
 
     With ``causal=True`` (default) query i sees the w keys i - w + 1, ..., i, itself included
-    (fewer near the start): the convention of Mistral's ``sliding_window`` and of Hugging Face's
-    masks. (Some code, e.g. PyTorch's ``flex_attention`` examples, writes ``q - kv <= W``, which
-    keeps W + 1 keys: the same mask with w = W + 1.) With ``causal=False`` it sees the 2w - 1 keys
-    with :math:`|i - j| < w`, and ``sliding_window_mask(n, w, causal=False) & causal_mask(n)``
+    (fewer near the start): the convention of Hugging Face's masks, where ``sliding_window = w``
+    keeps w keys. Mistral's reference code keeps :math:`i - j \le W` for its ``sliding_window`` W,
+    that is W + 1 keys: the same mask with w = W + 1. With ``causal=False`` it sees the 2w - 1
+    keys with :math:`|i - j| < w`, and ``sliding_window_mask(n, w, causal=False) & causal_mask(n)``
     equals ``sliding_window_mask(n, w)``.
 
     Args:
