@@ -17,7 +17,8 @@ allocated when the call returns).
 The two count alike but not to the byte: the CUDA caching allocator rounds every block up (to a
 multiple of 512 bytes), a GPU library may allocate a workspace on its first call, and another
 PyTorch version may keep one temporary more or less. Compare the numbers with a theory's ratios
-under generous margins, or by order of magnitude (chapter 8 does), never exactly.
+within margins around what was measured (chapter 8 asserts its ratios so, e.g. the explicit path's
+peak at 2.5 to 3.5 score matrices), never to the byte.
 """
 
 from __future__ import annotations
