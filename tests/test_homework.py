@@ -14,9 +14,10 @@ import pytest
 import attnbook
 import attnbook.formal  # noqa: F401
 from attngrade import static
-from attngrade.assign import leaks, solution_only_lines
+from attngrade.assign import leaks
 from attngrade.homework import all_homework, load_homework, parse_test_file
 from attngrade.integrity import resolve_reference
+from attngrade.master import solution_only_lines
 
 from .homework_support import homework
 

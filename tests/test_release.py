@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from attngrade import release as rel
-from attngrade.assign import build, solution_only_lines
+from attngrade.assign import build
 from attngrade.homework import all_homework
+from attngrade.master import norm, solution_and_prompt_lines, solution_only_lines
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +108,7 @@ def release_lines(released):
         for text in readings(name, data):
             texts[name] = texts.get(name, "") + "\n" + text
             for line in text.splitlines():
-                lines.setdefault(rel.norm(line), name)
+                lines.setdefault(norm(line), name)
     return lines, texts
 
 
@@ -159,8 +160,8 @@ def test_no_solution_line(released, homeworks, release_lines):
         # solution lines that the master's prompt does not show (a public test that repeats one
         # leaks it: public tests travel in the student notebook), read by attngrade.assign's
         # extraction and by the release's own
-        inside, prompt = rel.master_solution_lines(hw.master)
-        solution = {rel.norm(s) for s in solution_only_lines(hw.master)} - prompt
+        inside, prompt = solution_and_prompt_lines(hw.master)
+        solution = solution_only_lines(hw.master) - prompt
         solution |= {s for s in inside - prompt if len(s) >= 8}
         for line in solution:
             if line in public:
@@ -185,7 +186,7 @@ def test_no_hidden_test(released, homeworks, release_lines):
             assert question.cases, f"{hw.name} {question.name} has no tests"
             for node in ast.parse(question.source).body:
                 if isinstance(node, ast.FunctionDef):
-                    body = {rel.norm(s) for s in ast.get_source_segment(question.source, node).splitlines()}
+                    body = {norm(s) for s in ast.get_source_segment(question.source, node).splitlines()}
                     (hidden_lines if node.name in hidden else shared).update(body)
             hidden_names |= hidden
         names, master_hidden, master_public = rel.hidden_test_parts(hw)
@@ -198,7 +199,7 @@ def test_no_hidden_test(released, homeworks, release_lines):
     for hw in homeworks:
         nb = json.loads(hw.student_notebook.read_text(encoding="utf-8"))
         for text in readings(".ipynb", json.dumps(nb).encode())[1:]:
-            student |= {rel.norm(s) for s in text.splitlines()}
+            student |= {norm(s) for s in text.splitlines()}
     candidates = {s for s in hidden_lines - shared - student - public if len(s) >= 12}
     assert len(candidates) >= 5 * len(homeworks), "too few hidden test lines: is the extraction broken?"
     leaked = sorted(f"{s!r} in {lines[s]}" for s in candidates if s in lines)

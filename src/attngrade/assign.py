@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 
 from .homework import Homework, all_homework, load_homework, parse_test_file
 from .integrity import write_integrity_file
+from .master import cell_source, code_lines, solution_only_lines
 
 PACKAGE_DIR = "attnbook_pkg"
 #: the modules of attngrade that the homework tests need where they run (the student's notebook,
@@ -113,38 +113,12 @@ def run_otter_assign(homeworks: list[Homework], run_tests: bool = True) -> list[
     return outcomes
 
 
-_SOLUTION_LINE = re.compile(r"#\s*SOLUTION\s*$")
-
-
-def solution_only_lines(master: Path) -> set[str]:
-    """Stripped code lines that appear in the master only inside solutions (not in the prompt)."""
-    nb = json.loads(master.read_text(encoding="utf-8"))
-    inside, outside = set(), set()
-    for cell in nb["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        in_block = False
-        for line in "".join(cell["source"]).splitlines():
-            s = line.strip()
-            if re.match(r"#\s*BEGIN SOLUTION", s):
-                in_block = True
-                continue
-            if re.match(r"#\s*END SOLUTION", s):
-                in_block = False
-                continue
-            if in_block or _SOLUTION_LINE.search(s):
-                inside.add(_SOLUTION_LINE.sub("", s).strip())
-            else:
-                outside.add(s)
-    return {s for s in inside - outside if len(s) >= 8 and not s.startswith("#")}
-
-
 def leaks(hw: Homework) -> list[str]:
     """Problems with the student version: solution lines or hidden tests in it."""
     problems = []
     student = json.loads(hw.student_notebook.read_text(encoding="utf-8"))
-    code = "\n".join("".join(c["source"]) for c in student["cells"] if c["cell_type"] == "code")
-    student_lines = {line.strip() for line in code.splitlines()}
+    code = "\n".join(cell_source(c) for c in student["cells"] if c["cell_type"] == "code")
+    student_lines = set(code_lines(code))
     for line in sorted(solution_only_lines(hw.master)):
         if line in student_lines:
             problems.append(f"{hw.name}: solution line in the student notebook: {line!r}")

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .homework import Homework, all_homework
+from .master import TEST_CONFIG, cell_source, code_lines, norm, solution_and_prompt_lines
 
 MARKER = "RELEASE.json"  # written into every release folder; an --out folder without it is not replaced
 
@@ -98,84 +99,6 @@ def repo_root() -> Path:
 # what must not leak
 
 
-_TRAILING_COMMENT = re.compile(r"\s+#[^'\"]*$")
-_SPACES = re.compile(r"\s+")
-
-
-def norm(line: str) -> str:
-    """A line as compared: stripped, without a trailing comment, single quotes, single spaces
-    (``otter assign`` rewrites tests that way, and a copy may differ in those details only)."""
-    line = _TRAILING_COMMENT.sub("", line.strip())
-    return _SPACES.sub(" ", line.replace('"', "'"))
-
-
-def _code_lines(text: str) -> list[str]:
-    return [norm(line) for line in text.splitlines()]
-
-
-def _source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else str(src)
-
-
-_BEGIN = re.compile(r"#\s*BEGIN SOLUTION")
-_END = re.compile(r"#\s*END SOLUTION")
-_SOLUTION_SUFFIX = re.compile(r"#\s*SOLUTION(\s+NO PROMPT)?\s*$")
-_ANY_SUFFIX = re.compile(r"#\s*SOLUTION(\s+NO PROMPT)?\s*$", re.MULTILINE)
-
-
-_TESTS_BEGIN = re.compile(r"#\s*BEGIN TESTS")
-_TESTS_END = re.compile(r"#\s*END TESTS")
-
-
-def master_solution_lines(master: Path) -> tuple[set[str], set[str]]:
-    """(solution lines, prompt lines) of a master notebook, each normalised (:func:`norm`).
-
-    Solution lines are those between ``# BEGIN SOLUTION`` / ``# END SOLUTION`` comments, those
-    ending in ``# SOLUTION``, and every line of a solution cell (the cells between the raw
-    delimiters) that has no such markers; markdown solution cells count whole. Prompt lines are
-    the rest of the master except its test cells: what the student version shows as the text and
-    code of the homework. (A solution line that a *public test* repeats is still a solution line:
-    the public tests travel to students in the student notebook.)
-    """
-    nb = json.loads(master.read_text(encoding="utf-8"))
-    solution, other = set(), set()
-    in_solution_cells = in_tests = False
-    for cell in nb.get("cells", []):
-        text = _source(cell)
-        head = text.strip().splitlines()[0].strip() if text.strip() else ""
-        if cell.get("cell_type") == "raw":
-            if _BEGIN.fullmatch(head) or _END.fullmatch(head):
-                in_solution_cells = bool(_BEGIN.fullmatch(head))
-                continue
-            if _TESTS_BEGIN.fullmatch(head) or _TESTS_END.fullmatch(head):
-                in_tests = bool(_TESTS_BEGIN.fullmatch(head))
-                continue
-        if in_tests or (cell.get("cell_type") == "code" and _TEST_CONFIG.match(text)):
-            continue
-        has_markers = bool(_BEGIN.search(text) or _ANY_SUFFIX.search(text))
-        if in_solution_cells and not has_markers:
-            solution.update(_code_lines(text))
-            continue
-        in_block = False
-        for raw in text.splitlines():
-            line = raw.strip()
-            if _BEGIN.match(line):
-                in_block = True
-            elif _END.match(line):
-                in_block = False
-            elif in_block:
-                solution.add(norm(line))
-            elif _SOLUTION_SUFFIX.search(line):
-                solution.add(norm(_SOLUTION_SUFFIX.sub("", line)))
-            else:
-                other.add(norm(line))
-    return solution, other
-
-
-_TEST_CONFIG = re.compile(r'^\s*"""\s*# BEGIN TEST CONFIG(.*?)"""\s*# END TEST CONFIG[^\n]*\n?', re.S)
-
-
 def hidden_test_parts(hw: Homework) -> tuple[set[str], set[str], set[str]]:
     """(hidden test names, lines of hidden test bodies, lines of public test bodies) of a built
     homework: from the master's test cells as written, and from the autograder notebook (where
@@ -185,16 +108,16 @@ def hidden_test_parts(hw: Homework) -> tuple[set[str], set[str], set[str]]:
     names, hidden_lines, public_lines = set(), set(), set()
     nb = json.loads(hw.master.read_text(encoding="utf-8"))
     for cell in nb.get("cells", []):
-        m = _TEST_CONFIG.match(_source(cell)) if cell.get("cell_type") == "code" else None
+        m = TEST_CONFIG.match(cell_source(cell)) if cell.get("cell_type") == "code" else None
         if not m:
             continue
         config = yaml.safe_load(m.group(1)) or {}
-        body = _source(cell)[m.end() :]
+        body = cell_source(cell)[m.end() :]
         if isinstance(config, dict) and config.get("hidden"):
             names.update(re.findall(r"^def\s+(\w+)", body, re.M))
-            hidden_lines.update(_code_lines(body))
+            hidden_lines.update(code_lines(body))
         else:
-            public_lines.update(_code_lines(body))
+            public_lines.update(code_lines(body))
     for question in hw.questions():
         hidden = {c.func.__name__ for c in question.cases if c.hidden}
         tree = ast.parse(question.source)
@@ -204,9 +127,9 @@ def hidden_test_parts(hw: Homework) -> tuple[set[str], set[str], set[str]]:
             segment = ast.get_source_segment(question.source, node) or ""
             if node.name in hidden:
                 names.add(node.name)
-                hidden_lines.update(_code_lines(segment))
+                hidden_lines.update(code_lines(segment))
             else:
-                public_lines.update(_code_lines(segment))
+                public_lines.update(code_lines(segment))
     return names, hidden_lines, public_lines
 
 
@@ -223,7 +146,7 @@ def public_lines(root: Path) -> set[str]:
             for path in folder.rglob(pattern):
                 if "_build" in path.parts or ".ipynb_checkpoints" in path.parts:
                     continue
-                lines.update(_code_lines(path.read_text(encoding="utf-8", errors="replace")))
+                lines.update(code_lines(path.read_text(encoding="utf-8", errors="replace")))
     return lines
 
 
@@ -265,7 +188,7 @@ def collect_secrets(homeworks: list[Homework], root: Path | None = None) -> Secr
     solution, hidden, mutants, seen, prompts = set(), set(), set(), set(), set()
     secrets = Secrets()
     for hw in homeworks:
-        sol, prompt = master_solution_lines(hw.master)
+        sol, prompt = solution_and_prompt_lines(hw.master)
         names, hid, public_tests = hidden_test_parts(hw)
         solution |= {s for s in sol if _meaningful(s)}
         hidden |= {s for s in hid if _meaningful(s, 12)}
@@ -276,8 +199,8 @@ def collect_secrets(homeworks: list[Homework], root: Path | None = None) -> Secr
             student = json.loads(hw.student_notebook.read_text(encoding="utf-8"))
             strings: list[str] = []
             _json_strings(student, strings)
-            seen |= {line for text in strings for line in _code_lines(text)}
-        mutants |= {s for s in _mutant_code(hw) for s in _code_lines(s) if _meaningful(s, 20)}
+            seen |= {line for text in strings for line in code_lines(text)}
+        mutants |= {s for s in _mutant_code(hw) for s in code_lines(s) if _meaningful(s, 20)}
     secrets.solution_lines = solution - prompts - public
     secrets.hidden_lines = hidden - seen - public
     secrets.mutant_lines = mutants - seen - public - solution - hidden
@@ -522,7 +445,7 @@ def build_packages(root: Path, target: Path, work: Path) -> list[str]:
     return sorted(p.name for p in target.iterdir())
 
 
-def copy_source(root: Path, target: Path) -> list[str]:
+def copycell_source(root: Path, target: Path) -> list[str]:
     """The public source of the course: :data:`SOURCE_ENTRIES` (never exercises/ or tests/)."""
     copied = []
     for entry in SOURCE_ENTRIES:
@@ -687,7 +610,7 @@ def release(
             parts["packages"] = build_packages(root, new / "packages", Path(tmp))
             parts["homework"] = copy_homework(homeworks, new / "homework")
             if source:
-                parts["source"] = copy_source(root, new / "source")
+                parts["source"] = copycell_source(root, new / "source")
         except (RuntimeError, OSError) as e:
             return [str(e)], {}
         _log("checking the release for solutions, hidden tests, masters and mutants ...")
