@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .worker import to_python  # the IPython translation the sandbox applies before running a cell
+
 #: names that run code built at run time, or reach objects behind the grader's back
 DYNAMIC_NAMES = {
     "exec",
@@ -84,13 +86,6 @@ DYNAMIC_ATTRIBUTES = {
 }
 #: attribute paths under torch that lead to the raw kernels
 PRIVATE_TORCH = ("torch.ops", "torch._C", "torch.overrides", "torch._", "torch.library", "torch.utils.cpp_extension")
-
-
-def strip_magics(source: str) -> str:
-    """The same IPython translation the sandbox applies before running a cell."""
-    from .worker import to_python
-
-    return to_python(source)
 
 
 @dataclass
@@ -177,7 +172,7 @@ class Analyzer:
         trees = []
         for source in cells:
             try:
-                trees.append(ast.parse(strip_magics(source)))
+                trees.append(ast.parse(to_python(source)))  # as the sandbox runs it
             except (SyntaxError, ValueError):
                 continue  # a cell that does not parse does not run either
         aliases: dict[str, str] = {}
