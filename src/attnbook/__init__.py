@@ -9,6 +9,7 @@ from . import formal, models, tasks, training
 from .alibi import alibi_bias, alibi_bias_for_positions, alibi_slopes
 from .attention import apply_mask, attention, attention_scores
 from .device import default_device
+from .equivariance import best_equivariant_accuracy, equivariant_accuracy, equivariant_accuracy_bound
 from .grouped_query import grouped_query_attention, kv_cache_bytes
 from .hard_attention import hard_attention
 from .kv_cache import KVCache
@@ -53,6 +54,9 @@ __all__ = [
     "attention_scores",
     "causal_mask",
     "default_device",
+    "best_equivariant_accuracy",
+    "equivariant_accuracy",
+    "equivariant_accuracy_bound",
     "formal",
     "models",
     "tasks",
