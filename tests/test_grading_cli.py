@@ -85,6 +85,9 @@ def test_grade_a_folder_writes_gradebook_and_feedback(graded_class):
     assert float(bob["q2"]) < 4 and bob["q1"] == "3" and bob["q5"] == "5"
     feedback = (out / "feedback" / "bob.md").read_text()
     assert "## q2" in feedback and "FAILED" in feedback and "expected" in feedback
+    # after grading, hidden tests have run: the feedback says so once, never that they "will run"
+    assert "run when your notebook is graded" not in feedback
+    assert feedback.count("Hidden tests (other shapes, dtypes and edge cases) ran at grading") == 1
     # a full run replaces the feedback folder: the stale file of an older run is gone
     assert sorted(p.name for p in (out / "feedback").iterdir()) == [f"{n}.md" for n in CLASS]
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from . import static
+from .checks import CheckFailure
 from .homework import Homework, Question, TestCaseSpec
 from .notebook import SubmissionError, read_submission, submission_name
 from .sandbox import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Session, Worker, find_bwrap
@@ -87,7 +88,11 @@ class SubmissionResult:
 
 
 def _format_failure(exc: BaseException) -> str:
-    if isinstance(exc, AssertionError):
+    """A failed test's message for the feedback. A check's own note that hidden tests run at
+    grading is left out: grading is when they ran (the feedback says so once, at its end)."""
+    if isinstance(exc, CheckFailure):
+        text = exc.message or "an assertion in the test failed"
+    elif isinstance(exc, AssertionError):
         text = str(exc) or "an assertion in the test failed"
     else:
         text = f"{type(exc).__name__}: {exc}"
