@@ -86,6 +86,11 @@ def run_chapter(chapter: Path, seed: int, timeout: int) -> Run:
         os.environ["ATTNBOOK_MARGINS"] = str(sink)  # the kernel inherits this process's environment
         os.environ["ATTNBOOK_MARGINS_SOFT"] = "1"
         os.environ.setdefault("MPLBACKEND", "Agg")
+        # the kernel inherits this worker's stderr, where it only warns about its transport; what a
+        # cell raises comes back through nbclient
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
         client = NotebookClient(
             notebook, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(chapter.parent)}}
         )
