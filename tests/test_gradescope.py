@@ -121,7 +121,8 @@ def test_otter_run_takes_points_from_a_wrong_solution(graded) -> None:
 
 def test_otter_run_scores_0_where_the_answer_ran_a_reference(graded) -> None:
     scores, outputs = graded["wrong_and_cheat"]["scores"], graded["wrong_and_cheat"]["outputs"]
-    assert scores["q3"] == scores["q4"] == 0.0
+    # q4's tests check each function alone: the one that ran a reference scores 0, the other keeps its half
+    assert scores["q3"] == 0.0 and scores["q4"] == FULL["q4"] / 2
     assert "`masked_attention` ran attnbook.attention" in outputs["q3"]
     assert "`to_additive` ran attnbook.keep_to_additive" in outputs["q4"]
 

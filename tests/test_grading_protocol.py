@@ -56,10 +56,24 @@ def test_zero_dimensional_tensors_and_arrays_keep_their_shape():
     assert x.shape == () and x.item() == 2.5 and a.shape == () and a == 3
 
 
-def test_bfloat16_travels_as_float32_and_views_are_materialised():
-    x = torch.arange(6.0).reshape(2, 3)
-    y = protocol.decode(protocol.encode((x.T, x.bfloat16(), x[:, 1])))
-    assert torch.equal(y[0], x.T) and y[1].dtype == torch.float32 and torch.equal(y[2], x[:, 1])
+def test_bfloat16_keeps_its_dtype_and_bits_and_views_are_materialised():
+    """A bfloat16 answer arrives as bfloat16 (so a test sees the wrong dtype), bit for bit."""
+    x = torch.randn(2, 3, generator=torch.Generator().manual_seed(0))
+    b = x.bfloat16()
+    y = protocol.decode(protocol.encode((x.T, b, b.T, x[:, 1], b[0, 0])))
+    assert torch.equal(y[0], x.T) and torch.equal(y[3], x[:, 1])
+    for got, sent in zip(y[1:3] + y[4:], (b, b.T, b[0, 0])):
+        assert got.dtype == torch.bfloat16 and got.shape == sent.shape and torch.equal(got, sent)
+    (as_numpy,) = protocol.decode(protocol.encode((b,)), as_torch=False)  # numpy has no bfloat16
+    assert as_numpy.dtype == np.float32 and np.array_equal(as_numpy, b.float().numpy())
+
+
+def test_a_bfloat16_scalar_of_numpy_kind_is_refused():
+    head = json.dumps({"sizes": [2]}).encode()
+    tree = json.dumps({"t": "npscalar", "dtype": "bfloat16", "shape": [], "blob": 0}).encode()
+    body = struct.pack(">I", len(head)) + head + struct.pack(">I", len(tree)) + tree + b"\x00" * 2
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode(body)
 
 
 def test_numpy_arrays_and_scalars_keep_their_type():

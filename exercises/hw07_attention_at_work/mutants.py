@@ -48,6 +48,11 @@ MUTANTS = {
     # q3: the pre-norm decoder block
     "block: self-attention residual forgotten": ("q3", "H1 = Y + masked_self_attention(", "H1 = masked_self_attention("),
     "block: cross-attention residual forgotten": ("q3", "H2 = H1 + cross_attention(", "H2 = cross_attention("),
+    # a block that fills masked scores with -1e9 in its own cross-attention: a token with no encoder
+    # input then attends to every encoder token uniformly, as if its row of the mask were all True
+    "block: -1e9 instead of -inf in the cross-attention (empty encoder inputs uniform)": ("q3",
+        'params["cross_attn"], num_heads, memory_mask)',
+        'params["cross_attn"], num_heads, None if memory_mask is None else memory_mask | ~memory_mask.any(-1, keepdim=True))'),
     "block: feed-forward residual forgotten": ("q3", 'return H2 + hidden @ mlp["W_2"].T', 'return hidden @ mlp["W_2"].T'),
     "block: residual taken from the normalised input": ("q3", "H1 = Y + masked_self_attention(norm(Y, params[\"norm1\"])",
         "Y = norm(Y, params[\"norm1\"])\n    H1 = Y + masked_self_attention(Y"),

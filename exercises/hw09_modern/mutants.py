@@ -45,6 +45,9 @@ MUTANTS = {
         "group = query.shape[-3] // key.shape[-3]  # query heads per key/value head", "group = key.shape[-3]"),
     "gqa mask polarity inverted": ("q2", "scores.masked_fill(~mask, -math.inf)", "scores.masked_fill(mask, -math.inf)"),
     "gqa ignores the mask": ("q2", "scores = scores.masked_fill(~mask, -math.inf)", "pass"),
+    "gqa fills masked scores with -1e9 (a query that sees no key gets the mean of the values)": ("q2",
+        "scores.masked_fill(~mask, -math.inf)", "scores.masked_fill(~mask, -1e9)"),
+    "gqa leaves nan where a query sees no key": ("q2", "torch.softmax(scores, dim=-1).nan_to_num(0.0)", "torch.softmax(scores, dim=-1)"),
     # q3: sliding-window mask
     "window off by one (window + 1 keys)": ("q3", "(j > i - window)", "(j >= i - window)"),
     "window off by one (window - 1 keys)": ("q3", "(j > i - window)", "(j > i - window + 1)"),

@@ -37,8 +37,9 @@ MAX_ITEMS = 100_000
 #: default cap on one frame, in bytes
 DEFAULT_MAX_FRAME = 64 * 2**20
 
-# dtypes that cross the wire, by name; torch.bfloat16 travels as float32 and says so
+# dtypes that cross the wire, by name; torch.bfloat16 (which numpy lacks) travels as its 16 bits
 _NUMPY_DTYPES = {
+    "bfloat16": np.uint16,  # the raw bits, viewed as torch.bfloat16 again on arrival
     "bool": np.bool_,
     "uint8": np.uint8,
     "int8": np.int8,
@@ -115,8 +116,7 @@ def encode(value: Any) -> bytes:
             t = torch.Tensor.to(t, "cpu")
             name = str(t.dtype).removeprefix("torch.")
             if name == "bfloat16":
-                t = torch.Tensor.float(t)
-                name = "float32"
+                t = torch.Tensor.view(torch.Tensor.contiguous(t), torch.int16)  # the bits, same shape
             elif name not in _NUMPY_DTYPES:
                 return {"t": "opaque", "v": f"torch.Tensor of dtype {name}"}
             # .copy(order="C"), not np.ascontiguousarray, which turns a 0-d array into a 1-d one
@@ -214,6 +214,13 @@ def decode(body: bytes, *, as_torch: bool = True) -> Any:
             if n * dtype.itemsize != hi - lo:
                 raise ProtocolError("array bytes do not match its shape and dtype")
             arr = np.frombuffer(body, dtype=dtype, count=n, offset=lo).reshape(shape).copy()
+            if name == "bfloat16":
+                if t != "tensor":
+                    raise ProtocolError("bfloat16 travels only as a tensor")
+                torch = _torch()
+                bits = torch.from_numpy(arr.view(np.int16))
+                value = bits.view(torch.bfloat16)  # the same 16 bits, read as bfloat16
+                return value if as_torch else value.float().numpy()
             if t == "npscalar":
                 return arr[()]
             if t == "tensor" and as_torch:
