@@ -49,13 +49,13 @@ lint: setup  ## ruff: the rules in pyproject.toml, and the formatting
 	$(BIN)/ruff format --check
 
 assignments: setup  ## build every homework's student version and autograder (fails if a solution fails its tests)
-	$(BIN)/python -m attngrade.assign
+	$(BIN)/python -m attngrade assign
 
 bench: setup  ## time attnbook against PyTorch's kernels on this machine's device (BENCH_ARGS=--quick for a smoke run)
 	$(BIN)/python -m attnbook.bench $(BENCH_ARGS)
 
 release: book  ## the student-facing course in dist/course: site, package wheel/sdist, student notebooks, public source; no masters, hidden tests or mutants (RELEASE_ARGS=--out DIR)
-	$(BIN)/python -m attngrade.release $(RELEASE_ARGS)
+	$(BIN)/python -m attngrade release $(RELEASE_ARGS)
 
 publish: book  ## push the built site to the gh-pages branch of the repository (GitHub Pages; Colab buttons open its notebooks)
 	$(BIN)/ghp-import --no-jekyll --push --force _build/html

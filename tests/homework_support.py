@@ -19,9 +19,9 @@ import threading
 import zipfile
 from pathlib import Path
 
-from attngrade.assign import build
+from attngrade.build.assign import build
 from attngrade.homework import Homework, all_homework
-from attngrade.integrity import INTEGRITY_FILE
+from attngrade.sandboxed.integrity import INTEGRITY_FILE
 
 _lock = threading.Lock()
 _built: list[Homework] | None = None
@@ -149,7 +149,7 @@ def autograder_zip(hw: Homework) -> Path | None:
 
 def is_current(hw: Homework) -> bool:
     """Built (dist/ newer than the master and grading.yml), and its autograder zip ships the
-    integrity list and today's attngrade.checks / attngrade.integrity. One criterion for every
+    integrity list and today's attngrade.checks / attngrade.sandboxed.integrity. One criterion for every
     worker: a homework found stale is rebuilt once, under the lock, before anyone grades with it."""
     if not hw.is_built():
         return False
@@ -161,7 +161,7 @@ def is_current(hw: Homework) -> bool:
         names = set(z.namelist())
         if f"files/attnbook_pkg/{INTEGRITY_FILE}" not in names:
             return False
-        for module in ("checks.py", "integrity.py"):
+        for module in ("checks.py", "sandboxed/integrity.py"):
             name = f"files/attnbook_pkg/src/attngrade/{module}"
             if name not in names or z.read(name) != (src / module).read_bytes():
                 return False

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from attngrade import grader as grading
-from attngrade.grader import SUBMISSIONS_PER_SANDBOX, Grader, SubmissionResult
+from attngrade.grading import grader as grading
+from attngrade.grading.grader import SUBMISSIONS_PER_SANDBOX, Grader, SubmissionResult
 
 from .homework_support import homework
 

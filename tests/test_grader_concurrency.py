@@ -25,7 +25,7 @@ from shlex import quote
 
 import pytest
 
-from attngrade.grader import Grader
+from attngrade.grading.grader import Grader
 
 from .homework_support import bwrap_available, homework, running_as_root, user_namespace_available
 from .submissions import code_cells, load_mutants, mutant_submission, stub_submission, submission_with

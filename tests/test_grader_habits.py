@@ -15,7 +15,7 @@ import zipfile
 
 import pytest
 
-from attngrade.grader import Grader
+from attngrade.grading.grader import Grader
 
 from .homework_support import bwrap_available, homework
 from .submissions import submission_with

@@ -27,7 +27,7 @@ import pytest
 
 import attnbook
 import attngrade
-from attngrade.grader import Grader
+from attngrade.grading.grader import Grader
 
 from .homework_support import bwrap_available, homework, running_as_root
 from .submissions import code_cells, stub_submission, submission_with
@@ -209,7 +209,7 @@ torch.allclose = lambda *a, **k: True
 torch.equal = lambda *a, **k: True
 numpy.allclose = lambda *a, **k: True
 numpy.testing.assert_allclose = lambda *a, **k: None
-for _mod in ("attngrade.checks", "attnbook.grading.checks", "attngrade.grader"):
+for _mod in ("attngrade.checks", "attnbook.grading.checks", "attngrade.grading.grader"):
     try:
         _m = __import__(_mod, fromlist=["x"])
         _m.expect_close = _m.check_call = _m.call = _m.run_case = lambda *a, **k: None

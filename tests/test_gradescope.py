@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from attngrade.homework import Homework
-from attngrade.integrity import INTEGRITY_FILE
+from attngrade.sandboxed.integrity import INTEGRITY_FILE
 
 from .homework_support import autograder_zip, bwrap_available, homework, is_current
 from .submissions import comparing_submission
@@ -128,7 +128,7 @@ def test_otter_run_scores_0_where_the_answer_ran_a_reference(graded) -> None:
 
 
 def test_the_class_grader_agrees_with_otter_run(graded, hw02: Homework) -> None:
-    from attngrade.grader import Grader
+    from attngrade.grading.grader import Grader
 
     names = ["honest", "wrong_and_cheat"]
     with Grader(hw02, jobs=1, sandbox=bwrap_available() is None) as grader:

@@ -97,6 +97,18 @@ def test_console_script_is_installed_and_explains_itself():
     assert script, "pip install -e . installs the attnbook-grade console script"
     proc = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "submissions" in proc.stdout
+    assert "python -m attngrade assign | release | bench" in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["assign", "release", "bench"])
+def test_one_command_line_with_subcommands(command, capsys):
+    """``python -m attngrade assign|release|bench`` reach the builder, the release and the benchmark."""
+    from attngrade import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([command, "--help"])
+    assert exit_.value.code == 0
+    assert f"usage: python -m attngrade {command}" in capsys.readouterr().out
 
 
 def test_unknown_homework_is_a_clear_error(tmp_path):
@@ -109,7 +121,7 @@ def test_unknown_homework_is_a_clear_error(tmp_path):
 def test_benchmark_reports_both_graders():
     homework("hw01")  # built
     proc = subprocess.run(
-        [sys.executable, "-m", "attngrade.bench", "hw01", "-n", "4", "--otter-n", "1"],
+        [sys.executable, "-m", "attngrade.build.bench", "hw01", "-n", "4", "--otter-n", "1"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -197,7 +209,8 @@ def test_refuses_to_grade_without_bubblewrap(tmp_path):
 
 
 def test_a_sandbox_that_fails_twice_is_status_error_and_exit_1(tmp_path, monkeypatch, capsys):
-    from attngrade import cli, sandbox
+    from attngrade import cli
+    from attngrade.grading import sandbox
 
     hw = homework("hw00")
     subs = tmp_path / "submitted"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from attngrade import protocol
+from attngrade.sandboxed import protocol
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import pytest
 
 import attnbook  # noqa: F401  (the analyser resolves names among loaded modules)
 import attnbook.formal  # noqa: F401
-from attngrade.static import analyze
+from attngrade.grading.static import analyze
 
 FORBIDDEN = [
     "attnbook.softmax",

@@ -1,4 +1,4 @@
-"""attngrade.integrity: a forbidden reference is caught by what runs during the call, by any route,
+"""attngrade.sandboxed.integrity: a forbidden reference is caught by what runs during the call, by any route,
 and honest code that merely names one is not (issue 11, item 6)."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 
 import attnbook
-from attngrade import integrity
 from attngrade.checks import CheckFailure, call, check_call
-from attngrade.integrity import INTEGRITY_FILE, ForbiddenReference, Guard, watch_call
+from attngrade.sandboxed import integrity
+from attngrade.sandboxed.integrity import INTEGRITY_FILE, ForbiddenReference, Guard, watch_call
 
 ROOT = Path(__file__).resolve().parents[1]
 HW02 = ROOT / "exercises" / "hw02_masked_attention" / "grading.yml"
@@ -438,7 +438,7 @@ def test_a_function_inside_a_module_that_a_package_attribute_shadows_resolves():
     import sys
 
     import attnbook
-    from attngrade.integrity import resolve_reference
+    from attngrade.sandboxed.integrity import resolve_reference
 
     module = sys.modules["attnbook.online_softmax"]
     assert resolve_reference("attnbook.online_softmax") is attnbook.online_softmax

@@ -23,9 +23,9 @@ import re
 
 import pytest
 
-from attngrade.grader import Grader
+from attngrade.grading.grader import Grader
+from attngrade.grading.report import failure_summary
 from attngrade.homework import all_homework
-from attngrade.report import failure_summary
 
 from .homework_support import homework
 from .submissions import (
@@ -49,7 +49,7 @@ MUTANTS = [(hw.name, name) for hw in all_homework() for name in load_mutants(hw)
 #: cast name -> {dtype returned: dtype it is turned into} (torch's names)
 DTYPE_CASTS = {
     # a float32 answer returned in a lower precision (computed in half precision); float16, not
-    # bfloat16: the sandbox sends a bfloat16 tensor back as float32 (attngrade.protocol), so no
+    # bfloat16: the sandbox sends a bfloat16 tensor back as float32 (attngrade.sandboxed.protocol), so no
     # test could see its dtype, only its rounding
     "float32->float16": {"float32": "float16"},
     # the other dtypes: a float64 answer returned as float32 (computed in float32), a float mask
@@ -352,7 +352,7 @@ def _hidden_source_lines(hw) -> list[str]:
 def test_feedback_never_shows_hidden_test_source(name):
     """Every graded mutant's feedback (failures with messages of every kind) is free of the hidden
     tests' code."""
-    from attngrade.report import feedback_text
+    from attngrade.grading.report import feedback_text
 
     secret = _hidden_source_lines(homework(name))
     assert secret, "the hidden tests have source lines to look for"

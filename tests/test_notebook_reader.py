@@ -1,4 +1,4 @@
-"""The submission reader (attngrade.notebook): every malformed file is that student's problem only
+"""The submission reader (attngrade.grading.notebook): every malformed file is that student's problem only
 (a SubmissionError that says what is wrong), and every honest habit is read as Jupyter would."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from attngrade import notebook
-from attngrade.notebook import (
+from attngrade.grading import notebook
+from attngrade.grading.notebook import (
     MAX_BYTES,
     MAX_FILE_BYTES,
     Submission,

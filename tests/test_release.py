@@ -1,4 +1,4 @@
-"""The student-facing release (``python -m attngrade.release``, ``make release``).
+"""The student-facing release (``python -m attngrade.build.release``, ``make release``).
 
 The release is built once into a temporary folder from the built homework, without the website
 (the strict book build takes about a minute; ``make release`` runs it). Then every file of it, and
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from attngrade import release as rel
-from attngrade.assign import build
+from attngrade.build import release as rel
+from attngrade.build.assign import build
+from attngrade.build.master import norm, solution_and_prompt_lines, solution_only_lines
 from attngrade.homework import all_homework
-from attngrade.master import norm, solution_and_prompt_lines, solution_only_lines
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +158,7 @@ def test_no_solution_line(released, homeworks, release_lines):
     checked, leaked = 0, []
     for hw in homeworks:
         # solution lines that the master's prompt does not show (a public test that repeats one
-        # leaks it: public tests travel in the student notebook), read by attngrade.assign's
+        # leaks it: public tests travel in the student notebook), read by attngrade.build.assign's
         # extraction and by the release's own
         inside, prompt = solution_and_prompt_lines(hw.master)
         solution = solution_only_lines(hw.master) - prompt

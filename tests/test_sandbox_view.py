@@ -1,8 +1,8 @@
-"""What a sandbox sees (attngrade.view): stubs instead of references, and mounts in a working order."""
+"""What a sandbox sees (attngrade.grading.view): stubs instead of references, and mounts in a working order."""
 
 from __future__ import annotations
 
-from attngrade import view
+from attngrade.grading import view
 
 
 def test_stubbed_source_keeps_signatures_and_drops_the_body():

@@ -1,17 +1,24 @@
 """The course's homework and class grader (the ``exercises/`` folder), apart from the formulas.
 
-Modules by role:
+The package is laid out by stage and trust zone; imports only point down this list
+(``tests/test_grader_layout.py`` checks it):
 
-* :mod:`.checks`: comparison helpers the homework tests use (imported by the student's notebook
-  for ``grader.check``; needs only torch); :mod:`.integrity`: the run-time guard that tells whether
-  an answer ran a reference implementation;
-* :mod:`.homework`: a homework's folder, configuration and tests; :mod:`.assign`: builds every
-  student version and autograder (``make assignments``); :mod:`.release`: the student-facing course;
-* the class grader: :mod:`.notebook` (reading submissions), :mod:`.static` (flags for review),
-  :mod:`.view` (what a sandbox sees), :mod:`.sandbox` (bubblewrap workers, one session per
-  submission), :mod:`.worker` (what runs inside), :mod:`.protocol` (the wire format: plain data),
-  :mod:`.grader` (orchestration), :mod:`.report` (gradebook, feedback, summary), :mod:`.cli`
-  (``attnbook-grade``), :mod:`.bench` (against otter's ``grade_submission``).
+* :mod:`.sandboxed` — what runs **inside** a submission's bubblewrap sandbox, and all that the
+  sandbox sees of the grader: :mod:`~.sandboxed.worker` (runs the notebook, answers calls),
+  :mod:`~.sandboxed.protocol` (the wire format: plain data, never pickle),
+  :mod:`~.sandboxed.integrity` (the run-time guard: did a call run a reference implementation).
+* :mod:`.checks` — what the homework tests call (in the student's notebook for ``grader.check``, in
+  otter's autograder and in the class grader; needs only torch); :mod:`.homework` — a homework's
+  folder, settings (``grading.yml``) and tests.
+* :mod:`.grading` — grading a class **on the host**: :mod:`~.grading.notebook` (finding and reading
+  submissions), :mod:`~.grading.static` (flags for review), :mod:`~.grading.view` (the sandbox's
+  read-only view), :mod:`~.grading.sandbox` (bubblewrap workers), :mod:`~.grading.grader` (running
+  the tests), :mod:`~.grading.report` (gradebook, feedback, summary).
+* :mod:`.build` — **building and releasing**: :mod:`~.build.master` (the master-notebook format),
+  :mod:`~.build.assign` (student versions and autograders), :mod:`~.build.release` (the
+  student-facing course), :mod:`~.build.bench` (grading speed).
+* :mod:`.cli` — the one command line: ``attnbook-grade`` / ``python -m attngrade [grade]`` grades a
+  class; ``python -m attngrade assign | release | bench`` builds, releases, measures.
 
 Importing the package imports nothing heavy; the submodules import what they need.
 """

@@ -569,7 +569,10 @@ def _call(
     before, before_kw = list(args), kwargs
     args = [_copy(a) for a in args]
     kwargs = {k: _copy(v) for k, v in kwargs.items()}
-    from .integrity import ForbiddenReference, watch_call  # decided by what runs (attngrade.integrity)
+    from .sandboxed.integrity import (
+        ForbiddenReference,
+        watch_call,
+    )  # decided by what runs (attngrade.sandboxed.integrity)
 
     try:
         with watch_call(name):

@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="attnbook-grade",
         description="Grade a folder of submitted notebooks for one homework, each in its own bubblewrap sandbox.",
+        epilog="The other commands: python -m attngrade assign | release | bench (each with --help).",
     )
     p.add_argument("homework", help="homework name (hw01), its folder, or its master notebook")
     p.add_argument(
@@ -76,12 +77,34 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: the other commands of ``python -m attngrade`` (the module whose ``main(argv)`` runs each)
+COMMANDS = {
+    "assign": "attngrade.build.assign",  # every homework's student version and autograder
+    "release": "attngrade.build.release",  # the student-facing course
+    "bench": "attngrade.build.bench",  # grading speed against otter's
+}
+
+
 def main(argv: list[str] | None = None) -> int:
+    """``python -m attngrade [grade] HOMEWORK FOLDER ...`` grades (also ``attnbook-grade``);
+    ``python -m attngrade assign|release|bench ...`` builds, releases or measures."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in COMMANDS:
+        import importlib
+
+        return importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
+    if argv and argv[0] == "grade":
+        argv = argv[1:]
+    return grade(argv)
+
+
+def grade(argv: list[str]) -> int:
+    """Grade a class (see the module's documentation)."""
     args = build_parser().parse_args(argv)
-    from .grader import Grader
-    from .notebook import find_submissions, ignored_entries, submission_name
-    from .report import write_reports
-    from .sandbox import SandboxUnavailable
+    from .grading.grader import Grader
+    from .grading.notebook import find_submissions, ignored_entries, submission_name
+    from .grading.report import write_reports
+    from .grading.sandbox import SandboxUnavailable
 
     try:
         hw = load_homework(args.homework)
@@ -108,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_build:
             print(f"{hw.name} is not built (or older than its master); run make assignments", file=sys.stderr)
             return 2
-        from .assign import build
+        from .build.assign import build
 
         print(f"building {hw.name} (otter assign) ...", file=sys.stderr)
         problems = build([hw])

@@ -201,7 +201,7 @@ class Homework:
         if not self.autograder_notebook.exists():
             raise FileNotFoundError(
                 f"{self.autograder_notebook} does not exist: build the homework first "
-                f"(make assignments, or python -m attngrade.assign {self.name})"
+                f"(make assignments, or python -m attngrade assign {self.name})"
             )
         nb = json.loads(self.autograder_notebook.read_text(encoding="utf-8"))
         meta = nb.get("metadata", {}).get("otter", {})

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 #: the words every stand-in for a reference implementation ends its error with, inside the sandbox:
-#: the stubs of the package's view (:mod:`.view`) and PyTorch's refused fused kernels
+#: the stubs of the package's view (:mod:`attngrade.grading.view`) and PyTorch's refused fused kernels
 #: (:func:`.worker.refuse_kernels`); the worker recognises a reference called at top level by them
 REFERENCE_UNAVAILABLE = "it is not available while grading"
 

@@ -1,4 +1,4 @@
-"""Build every homework: ``python -m attngrade.assign [hw00 hw01 ...]`` (``make assignments``).
+"""Build every homework: ``python -m attngrade assign [hw00 hw01 ...]`` (``make assignments``).
 
 For each homework under ``exercises/`` this runs ``otter assign`` on the master notebook, which
 writes ``dist/student/`` (the notebook students get: no solutions, public tests only) and
@@ -12,8 +12,8 @@ solutions do not pass every test. Then it checks, itself, that
 It exits non-zero if anything fails. The autograder zip carries a copy of the ``attnbook``
 package (``attnbook_pkg/``), installed from the zip by the requirements in each master's
 configuration, so Gradescope needs nothing else. The copy also holds the light part of
-``attngrade`` that the tests import (:mod:`attngrade.checks`, :mod:`attngrade.integrity`), and the
-homework's forbidden list (``grading.yml``) as :data:`attngrade.integrity.INTEGRITY_FILE`, both at
+``attngrade`` that the tests import (:mod:`attngrade.checks`, :mod:`attngrade.sandboxed.integrity`), and the
+homework's forbidden list (``grading.yml``) as :data:`attngrade.sandboxed.integrity.INTEGRITY_FILE`, both at
 ``attnbook_pkg/`` (otter copies it into the submission folder, the working directory while
 grading) and inside the shipped ``attngrade``; the student folder gets the same file beside the
 notebook. So ``grader.check`` in the student's notebook and ``otter run`` / Gradescope on the zip
@@ -32,14 +32,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from .homework import Homework, all_homework, load_homework, parse_test_file
-from .integrity import write_integrity_file
+from ..homework import Homework, all_homework, load_homework, parse_test_file
+from ..sandboxed.integrity import write_integrity_file
 from .master import cell_source, code_lines, solution_only_lines
 
 PACKAGE_DIR = "attnbook_pkg"
 #: the modules of attngrade that the homework tests need where they run (the student's notebook,
 #: otter's autograder): nothing but the standard library and torch
-LIGHT_MODULES = ("__init__.py", "checks.py", "integrity.py")
+LIGHT_MODULES = ("__init__.py", "checks.py", "sandboxed/__init__.py", "sandboxed/integrity.py")
 #: the repository's own packaging files, copied with the package: ``attnbook`` installs light
 #: (torch, numpy, matplotlib), so the autograder installs it from the same pyproject.toml
 PACKAGING_FILES = ("pyproject.toml", "README.md")
@@ -54,12 +54,13 @@ def _package_copy(hw: Homework) -> Path:
     target = hw.folder / PACKAGE_DIR
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(src, target / "src" / "attnbook", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    grade_src = Path(__file__).resolve().parent
+    grade_src = Path(__file__).resolve().parent.parent  # attngrade/
     grade_dst = target / "src" / "attngrade"
-    grade_dst.mkdir(parents=True)
     for name in LIGHT_MODULES:
+        (grade_dst / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(grade_src / name, grade_dst / name)
-    write_integrity_file(grade_dst, hw.name, hw.forbidden, name="_integrity.json")
+    # beside the copy of integrity.py, which looks for it there
+    write_integrity_file(grade_dst / "sandboxed", hw.name, hw.forbidden, name="_integrity.json")
     write_integrity_file(target, hw.name, hw.forbidden)
     repository = src.parents[1]  # src/attnbook -> the checkout
     for name in PACKAGING_FILES:
@@ -71,7 +72,7 @@ def _package_copy(hw: Homework) -> Path:
 
 def run_otter_assign(homeworks: list[Homework], run_tests: bool = True) -> list[tuple[bool, str]]:
     """``otter assign`` for a group of homework, in one process of its own (see
-    :mod:`attngrade.otter_batch`); ``(ok, log)`` for each.
+    :mod:`attngrade.build.otter_batch`); ``(ok, log)`` for each.
 
     With ``run_tests`` otter also grades the solutions with its own runner and fails unless they
     get full marks; the class grader's check (:func:`solutions_full_marks`) runs in any case.
@@ -89,7 +90,7 @@ def run_otter_assign(homeworks: list[Homework], run_tests: bool = True) -> list[
                 sys.executable,
                 "-u",
                 "-m",
-                "attngrade.otter_batch",
+                "attngrade.build.otter_batch",
                 *flags,
                 *(str(hw.master.resolve()) for hw in homeworks),
             ],
@@ -137,13 +138,13 @@ def leaks(hw: Homework) -> list[str]:
 
 def solutions_full_marks(hw: Homework) -> list[str]:
     """Grade the autograder notebook (the solutions) with the class grader: must be full marks."""
-    from .grader import Grader
+    from ..grading.grader import Grader
 
     with Grader(hw, jobs=1) as grader:
         (res,) = grader.grade_paths([hw.autograder_notebook])
     if res.total == res.possible and res.possible > 0:
         return []
-    from .report import failure_summary
+    from ..grading.report import failure_summary
 
     return [
         f"{hw.name}: the solutions get {res.total:g} / {res.possible:g} from the class grader",
@@ -181,7 +182,7 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m attngrade.assign", description="Build student versions and autograders for the homework."
+        prog="python -m attngrade assign", description="Build student versions and autograders for the homework."
     )
     p.add_argument("homework", nargs="*", help="homework names (default: all under exercises/)")
     p.add_argument("-j", "--jobs", type=int, default=None, help="otter assign runs in parallel")

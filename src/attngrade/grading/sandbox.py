@@ -1,10 +1,10 @@
 """The grader's side of the sandboxes: bubblewrap workers, and one session per submission.
 
-A :class:`Worker` is one ``bwrap`` sandbox running :mod:`.worker` (its own pid, network, ipc, uts
+A :class:`Worker` is one ``bwrap`` sandbox running :mod:`attngrade.sandboxed.worker` (its own pid, network, ipc, uts
 and mount namespaces, a read-only view of the Python environment and of the course package, a
 private size-limited ``/tmp``; as root, an unprivileged user id of its own). It imports torch once
 and then grades submissions one after another, forking a fresh child for each and killing and
-wiping everything the child left before the next one starts (see :mod:`.worker`).
+wiping everything the child left before the next one starts (see :mod:`attngrade.sandboxed.worker`).
 
 A :class:`Session` is one submission in a worker: it has a child execute the notebook, looks names
 up, and calls the student's functions on the grader's inputs, each call with a deadline. A child
@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any
 
-from . import protocol
+from ..sandboxed import protocol
 from .view import MOUNT, View, bwrap_arguments, instructor_paths
 
 #: uids handed to sandboxes when the grader runs as root (a random one per worker)
@@ -40,7 +40,7 @@ UID_RANGE = (2_000_000_000, 2_100_000_000)
 _BOOT = (
     "import os, site, sys; "
     "[site.addsitedir(d) for d in os.environ.pop('ATTNGRADE_USER_SITE', '').split(os.pathsep) if d]; "
-    "sys.path.insert(0, {mount!r}); from attngrade.worker import worker_main; worker_main(int(sys.argv[1]))"
+    "sys.path.insert(0, {mount!r}); from attngrade.sandboxed.worker import worker_main; worker_main(int(sys.argv[1]))"
 )
 
 

@@ -1,4 +1,4 @@
-"""Build the student-facing course for publishing: ``python -m attngrade.release`` (``make release``).
+"""Build the student-facing course for publishing: ``python -m attngrade release`` (``make release``).
 
 The course repository is the instructor's copy: ``exercises/`` holds every homework's master
 notebook (solutions and hidden tests), its mutants (wrong solutions) and its grading settings,
@@ -11,7 +11,7 @@ command assembles, in one folder (default ``dist/course/``), what may:
   homework notebooks' public tests import; the grader holds no secret), built from a staging copy
   of ``pyproject.toml``, ``README.md`` and ``src/`` only;
 * ``homework/``: each homework's student notebook (``exercises/*/dist/student``, built with
-  ``python -m attngrade.assign`` when missing or older than its master);
+  ``python -m attngrade assign`` when missing or older than its master);
 * ``source/``: the public source of the course (book, package, Binder and book configuration),
   to publish as the public repository that the website's launch buttons and readers clone;
 * ``README.md`` and ``MANIFEST.json``: what is in it, and how students install and use it.
@@ -42,7 +42,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .homework import Homework, all_homework
+from ..homework import Homework, all_homework
 from .master import TEST_CONFIG, cell_source, code_lines, norm, solution_and_prompt_lines
 
 MARKER = "RELEASE.json"  # written into every release folder; an --out folder without it is not replaced
@@ -87,7 +87,7 @@ def repo_root() -> Path:
     """The course repository: the folder above ``exercises/`` (``$ATTNBOOK_EXERCISES`` or
     ``./exercises``, see :func:`attngrade.homework.exercises_root`), else the checkout this module
     is in (``src/attngrade/release.py``)."""
-    from .homework import exercises_root
+    from ..homework import exercises_root
 
     exercises = exercises_root()
     if exercises.is_dir():
@@ -349,7 +349,7 @@ def _log(msg: str) -> None:
 
 
 def ensure_homework(homeworks: list[Homework], build: bool) -> list[str]:
-    """Build the student versions that are missing or stale (``python -m attngrade.assign``)."""
+    """Build the student versions that are missing or stale (``python -m attngrade assign``)."""
     stale = [hw for hw in homeworks if not hw.is_built()]
     if not stale:
         return []
@@ -357,17 +357,17 @@ def ensure_homework(homeworks: list[Homework], build: bool) -> list[str]:
     if not build:
         return [
             f"{', '.join(names)}: not built or older than the master; run "
-            f"`python -m attngrade.assign {' '.join(names)}` (or drop --no-assign)"
+            f"`python -m attngrade assign {' '.join(names)}` (or drop --no-assign)"
         ]
-    _log(f"building the homework {', '.join(names)} (python -m attngrade.assign) ...")
-    proc = subprocess.run([sys.executable, "-m", "attngrade.assign", *names], cwd=repo_root())
+    _log(f"building the homework {', '.join(names)} (python -m attngrade assign) ...")
+    proc = subprocess.run([sys.executable, "-m", "attngrade", "assign", *names], cwd=repo_root())
     if proc.returncode != 0:
-        return [f"python -m attngrade.assign {' '.join(names)} failed (exit {proc.returncode})"]
+        return [f"python -m attngrade assign {' '.join(names)} failed (exit {proc.returncode})"]
     return []
 
 
 def copy_homework(homeworks: list[Homework], target: Path) -> list[str]:
-    """Each homework's student folder (the notebook and any file ``attngrade.assign`` put beside
+    """Each homework's student folder (the notebook and any file ``python -m attngrade assign`` put beside
     it, which ``grader.check`` reads) into ``target/hwNN/``, and the same as ``target/hwNN.zip``."""
     target.mkdir(parents=True)
     copied = []
@@ -468,7 +468,7 @@ def copycell_source(root: Path, target: Path) -> list[str]:
 _README = """\
 # {title}: the student-facing release
 
-Built by `python -m attngrade.release` (`make release`) on {date}.
+Built by `python -m attngrade release` (`make release`) on {date}.
 This folder holds only what students may see: no master notebook, no solution, no hidden test,
 no wrong solutions (mutants), no grading settings and no autograder. It was scanned for all of
 these before it was written (`MANIFEST.json` lists every file with its size and SHA-256).
@@ -650,7 +650,7 @@ def release(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m attngrade.release",
+        prog="python -m attngrade release",
         description="Build the student-facing course (website, package, student notebooks, public "
         "source) into one folder, and check that it holds no solution, hidden test, "
         "master or mutant.",

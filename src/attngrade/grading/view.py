@@ -12,7 +12,7 @@ which the homework's reference implementations are absent.
 * ``overlays/``: stubbed copies of forbidden *Python* functions of PyTorch (e.g.
   ``torch.nn.functional.multi_head_attention_forward``), mounted over the originals; forbidden
   builtins (``scaled_dot_product_attention``) have no source and are caught at run time by the
-  guard (:mod:`.integrity`).
+  guard (:mod:`attngrade.sandboxed.integrity`).
 
 :func:`bwrap_arguments` turns the view into bubblewrap's arguments: the system's ``/usr``, the
 Python installation and its site-packages read-only, the view at ``/opt/attngrade``, the real
@@ -35,13 +35,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .integrity import resolve_reference
-from .protocol import REFERENCE_UNAVAILABLE
+from ..sandboxed.integrity import resolve_reference
+from ..sandboxed.protocol import REFERENCE_UNAVAILABLE
 
 #: where the view's packages appear inside the sandbox
 MOUNT = "/opt/attngrade"
-#: modules of attngrade that run inside the sandbox
-SANDBOX_MODULES = ("protocol.py", "worker.py", "integrity.py")
+#: the grader's package, and its subpackage that runs inside the sandbox: the view holds a copy of
+#: exactly that subpackage (and an empty ``attngrade/__init__.py``), and nothing else of the grader
+GRADER_DIR = Path(__file__).resolve().parent.parent
+SANDBOXED = GRADER_DIR / "sandboxed"
 
 
 @dataclass
@@ -53,7 +55,7 @@ class View:
 
 
 def _resolve(dotted: str) -> Any:
-    """The object ``dotted`` names (:func:`attngrade.integrity.resolve_reference`), None if none."""
+    """The object ``dotted`` names (:func:`attngrade.sandboxed.integrity.resolve_reference`), None if none."""
     try:
         return resolve_reference(dotted)
     except (ImportError, AttributeError):
@@ -103,12 +105,9 @@ def build_view(root: str | os.PathLike[str], forbidden: list[str]) -> View:
     lib = root / "lib"
     pkg = _package_dir("attnbook")
     shutil.copytree(pkg, lib / "attnbook", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    here = Path(__file__).resolve().parent
     (lib / "attngrade").mkdir(parents=True)
     (lib / "attngrade" / "__init__.py").write_text('"""The part of the grader that runs in a sandbox."""\n')
-    for name in SANDBOX_MODULES:
-        if (here / name).exists():
-            shutil.copy2(here / name, lib / "attngrade" / name)
+    shutil.copytree(SANDBOXED, lib / "attngrade" / "sandboxed", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
     # group the forbidden references by the file that defines them
     by_file: dict[Path, dict[str, str]] = {}
@@ -148,7 +147,7 @@ def build_view(root: str | os.PathLike[str], forbidden: list[str]) -> View:
 def instructor_paths() -> tuple[list[str], list[str]]:
     """Where the grading Python finds packages beyond its installation: (the ``PYTHONPATH``
     entries, the user site-packages folder when this Python uses one). The sandbox mounts both
-    read-only and puts them on its path in the same roles (:class:`attngrade.sandbox.Sandbox`), so a
+    read-only and puts them on its path in the same roles (:class:`attngrade.grading.sandbox.Worker`), so a
     course installed with ``pip install --target``, a module system or ``pip install --user`` works
     there as it does for the instructor. Entries that are not folders are left out, and so are
     ``/`` and the home folder itself, which would show the sandbox far more than packages."""
@@ -268,5 +267,5 @@ def bwrap_arguments(view: View, *, hide: list[str], as_root: bool, tmp_mb: int =
 def hidden_paths(extra: list[str]) -> list[str]:
     """Real locations the sandbox must not see: the course package and the grader as installed
     (the sandbox gets the view instead), plus ``extra`` (homework, submissions, output)."""
-    paths = [str(_package_dir("attnbook")), str(Path(__file__).resolve().parent)]
+    paths = [str(_package_dir("attnbook")), str(GRADER_DIR)]
     return paths + [str(Path(p).resolve()) for p in extra]

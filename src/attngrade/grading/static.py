@@ -1,7 +1,7 @@
 """Reading a submission's code without running it: what an instructor may want to look at.
 
 Whether an answer used a reference implementation is decided by what runs (the references are
-absent from the sandbox, and :mod:`.integrity` watches what executes): this static reading never
+absent from the sandbox, and :mod:`attngrade.sandboxed.integrity` watches what executes): this static reading never
 changes a score. Its findings put the row in ``status=review`` and are listed in the feedback. It
 parses every code cell with :mod:`ast` (parsing runs nothing) and reports, per question:
 
@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .worker import to_python  # the IPython translation the sandbox applies before running a cell
+from ..sandboxed.worker import to_python  # the IPython translation the sandbox applies before running a cell
 
 #: names that run code built at run time, or reach objects behind the grader's back
 DYNAMIC_NAMES = {

@@ -2,12 +2,12 @@
 
 For one submission the grader (1) reads the notebook's code cells as text (:mod:`.notebook`),
 (2) reads them statically for constructs an instructor may want to review (:mod:`.static`; this
-never changes a score), (3) has a sandbox execute them (:mod:`.sandbox`, :mod:`.worker`), and
+never changes a score), (3) has a sandbox execute them (:mod:`.sandbox`, :mod:`attngrade.sandboxed.worker`), and
 (4) runs each question's otter tests *here*, passing them proxies that call the student's
 functions in the sandbox and return plain data. The tests compute their reference answers with
 ``attnbook`` in this process, which never imports, unpickles or executes anything the student
 wrote. Whether an answer used a reference implementation is decided by what ran during the call
-(the reference is absent from the sandbox, and :mod:`.integrity` watches the fused kernels), not
+(the reference is absent from the sandbox, and :mod:`attngrade.sandboxed.integrity` watches the fused kernels), not
 by what the code names. Submissions are graded in parallel, one thread driving one sandbox each.
 """
 
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..checks import CheckFailure
+from ..homework import Homework, Question, TestCaseSpec
 from . import static
-from .checks import CheckFailure
-from .homework import Homework, Question, TestCaseSpec
 from .notebook import SubmissionError, read_submission, submission_name
 from .sandbox import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Session, Worker, find_bwrap
 from .view import build_view, hidden_paths

@@ -1,6 +1,6 @@
 """Benchmark: seconds per submission, the class grader against otter's own ``grade_submission``.
 
-    python -m attngrade.bench hw01 -n 100 --otter-n 5
+    python -m attngrade bench hw01 -n 100 --otter-n 5
 
 grades ``n`` copies of the homework's solutions with the class grader (on ``--jobs`` cores,
 default all; the time includes starting the sandboxes), then ``--otter-n`` copies one by one through
@@ -19,11 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from .homework import load_homework
+from ..homework import load_homework
 
 
 def bench_ours(hw, paths, jobs: int | None) -> tuple[float, list[float]]:
-    from .grader import Grader
+    from ..grading.grader import Grader
 
     start = time.perf_counter()
     with Grader(hw, jobs=jobs) as grader:
@@ -52,7 +52,7 @@ def bench_otter(hw, paths) -> tuple[float, list[float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attngrade.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m attngrade bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("homework", nargs="?", default="hw01")
     parser.add_argument("-n", type=int, default=100, help="copies graded by the class grader")
     parser.add_argument("--otter-n", type=int, default=3, help="copies graded by otter's grade_submission (0: skip)")

@@ -38,7 +38,7 @@ call:
 The torch watchers are used only when the list names something of PyTorch's; the ATen operators
 behind each name are in :data:`TORCH_OPS`.
 
-**What the guard cannot see** (for the static flag-for-review, see :mod:`attngrade.static`): code
+**What the guard cannot see** (for the static flag-for-review, see :mod:`attngrade.grading.static`): code
 that deliberately switches the watchers off inside the call (``sys.setprofile(None)``,
 ``torch._C.DisableTorchFunction()``, popping the torch modes; such tampering is noted in
 :attr:`Guard.tampered`, not counted as a hit); work done in another process or, on Python < 3.12,
@@ -52,7 +52,7 @@ the sandbox makes the references absent, and only plain data comes back.
 
 Where the list comes from, in the process that runs ``grader.check`` or otter's autograder
 (:func:`current_guard`): :func:`configure`, the environment variable ``ATTNGRADE_FORBIDDEN`` (a
-JSON list), and the small JSON file :data:`INTEGRITY_FILE` that ``python -m attngrade.assign`` writes
+JSON list), and the small JSON file :data:`INTEGRITY_FILE` that ``python -m attngrade assign`` writes
 beside the student's notebook, into the autograder zip's ``attnbook_pkg/`` (which otter copies
 into the submission folder, the working directory while grading) and into the ``attngrade``
 package shipped in that zip. All that are found apply (their union).

@@ -1,8 +1,8 @@
 """What runs inside a bubblewrap sandbox: one worker, one forked child per submission.
 
-The grader (:mod:`.sandbox`) starts ``bwrap ... python -m attngrade.worker CTRL_FD``. The worker
+The grader (:mod:`attngrade.grading.sandbox`) starts ``bwrap ... python -c <boot line> CTRL_FD``, whose boot line calls :func:`worker_main`. The worker
 imports torch and the course package once (the package as the sandbox sees it: the homework's
-reference implementations are stubs there, see :mod:`.view`), drops to an unprivileged user when
+reference implementations are stubs there, see :mod:`attngrade.grading.view`), drops to an unprivileged user when
 it started as root, and then serves jobs on its control socket, strictly one at a time:
 
 1. a job arrives with one end of a fresh socket pair (SCM_RIGHTS) and the sandbox limits;

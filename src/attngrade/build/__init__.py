@@ -1,0 +1,8 @@
+"""Building the course's homework and releasing the course (the instructor's side, before grading).
+
+* :mod:`.master`: the format of a master notebook (solutions, prompts, tests), read in one place;
+* :mod:`.assign`: every homework's student version and autograder (``make assignments``), with
+  :mod:`.otter_batch` (otter assign for several homework in one process);
+* :mod:`.release`: the student-facing course, scanned for leaks (``make release``);
+* :mod:`.bench`: grading speed against otter's ``grade_submission``.
+"""

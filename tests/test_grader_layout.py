@@ -1,0 +1,86 @@
+"""The grader's rooms: subpackages by trust zone and stage, and who may import whom.
+
+``attngrade.sandboxed`` is what runs inside a submission's sandbox, and the sandbox's view holds a
+copy of exactly it; ``attngrade.grading`` grades on the host; ``attngrade.build`` builds and
+releases. The import graph only points down: the sandboxed code imports nothing else of the
+grader, grading never imports building, and the student-facing checks import only the guard.
+"""
+
+from __future__ import annotations
+
+import ast
+import filecmp
+from pathlib import Path
+
+import pytest
+
+import attngrade
+from attngrade.grading.view import build_view
+
+PACKAGE = Path(attngrade.__file__).resolve().parent
+
+#: for each room, the rooms its modules may import from (their own room included)
+ALLOWED = {
+    "sandboxed": {"sandboxed"},
+    "checks": {"sandboxed"},
+    "homework": set(),
+    "grading": {"grading", "sandboxed", "checks", "homework"},
+    "build": {"build", "grading", "sandboxed", "checks", "homework"},
+    "cli": {"grading", "build", "homework"},
+    "__main__": {"cli"},
+    "__init__": set(),
+}
+
+
+def room(module: Path) -> str:
+    relative = module.relative_to(PACKAGE)
+    return relative.parts[0] if len(relative.parts) > 1 else relative.stem
+
+
+def imported_rooms(module: Path) -> set[str]:
+    """The rooms of attngrade that ``module`` imports (relative or absolute imports, anywhere in it)."""
+    tree = ast.parse(module.read_text(encoding="utf-8"))
+    package = module.relative_to(PACKAGE).parent.parts  # () at the top, ("grading",) in a room
+    rooms = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(package[: len(package) - (node.level - 1)]) if node.level > 1 else list(package)
+                parts = base + (node.module.split(".") if node.module else [])
+                names = [parts] if node.module else [base + [alias.name] for alias in node.names]
+            elif node.module and node.module.split(".")[0] == "attngrade":
+                names = [node.module.split(".")[1:]]
+            else:
+                continue
+            rooms |= {parts[0] for parts in names if parts}
+        elif isinstance(node, ast.Import):
+            rooms |= {a.name.split(".")[1] for a in node.names if a.name.startswith("attngrade.")}
+    return rooms
+
+
+MODULES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("module", MODULES, ids=[str(m.relative_to(PACKAGE)) for m in MODULES])
+def test_imports_point_down(module):
+    where = room(module)
+    assert where in ALLOWED, f"{module.relative_to(PACKAGE)}: a room the layout test does not know"
+    outside = imported_rooms(module) - ALLOWED[where] - {where}
+    assert not outside, f"{module.relative_to(PACKAGE)} ({where}) imports from {sorted(outside)}"
+
+
+def test_the_rooms_are_the_subpackages():
+    rooms = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert rooms == ["build", "grading", "sandboxed"]
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__.py", "__main__.py", "checks.py", "cli.py", "homework.py"]
+
+
+def test_the_sandbox_sees_exactly_the_sandboxed_subpackage(tmp_path):
+    view = build_view(tmp_path, forbidden=[])
+    lib = view.root / "lib" / "attngrade"
+    seen = sorted(str(p.relative_to(lib)) for p in lib.rglob("*") if p.is_file())
+    ours = sorted(f"sandboxed/{p.name}" for p in (PACKAGE / "sandboxed").glob("*.py"))
+    assert seen == ["__init__.py", *ours]
+    for name in ours:
+        assert filecmp.cmp(lib / name, PACKAGE / name, shallow=False)
