@@ -13,7 +13,8 @@ import time
 import pytest
 
 from attngrade.grading import grader as grading
-from attngrade.grading.grader import SUBMISSIONS_PER_SANDBOX, Grader, SubmissionResult
+from attngrade.grading.grader import SUBMISSIONS_PER_SANDBOX, Grader
+from attngrade.grading.results import SubmissionResult
 
 from .homework_support import homework
 

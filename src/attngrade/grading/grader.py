@@ -23,7 +23,6 @@ import threading
 import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,60 +30,12 @@ from ..checks import CheckFailure
 from ..homework import Homework, Question, TestCaseSpec
 from . import static
 from .notebook import SubmissionError, read_submission, submission_name
+from .results import CaseResult, QuestionResult, SubmissionResult
 from .sandbox import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Session, Worker, find_bwrap
 from .view import build_view, hidden_paths
 
 #: without an explicit number of jobs, a batch of n submissions runs in ceil(n / 8) sandboxes at most
 SUBMISSIONS_PER_SANDBOX = 8
-
-
-@dataclass
-class CaseResult:
-    question: str
-    name: str
-    hidden: bool
-    points: float
-    passed: bool
-    message: str
-
-
-@dataclass
-class QuestionResult:
-    name: str
-    score: float
-    possible: float
-    cases: list[CaseResult] = field(default_factory=list)
-
-
-@dataclass
-class SubmissionResult:
-    """The grade of one submission, with everything its feedback file says.
-
-    ``status``: ``ok``; ``review`` when the static reading found constructs an instructor may want
-    to look at (the score is what the tests gave); ``error`` when the grader failed (the score is
-    not the student's; the command exits non-zero).
-    """
-
-    submission: str
-    path: str
-    questions: list[QuestionResult] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    execution_errors: list[dict[str, Any]] = field(default_factory=list)
-    review: list[str] = field(default_factory=list)
-    status: str = "ok"
-    error: str = ""
-    worker_lost: bool = False
-
-    @property
-    def total(self) -> float:
-        return sum(q.score for q in self.questions)
-
-    @property
-    def possible(self) -> float:
-        return sum(q.possible for q in self.questions)
-
-    def score(self, question: str) -> float:
-        return next(q.score for q in self.questions if q.name == question)
 
 
 def _format_failure(exc: BaseException) -> str:

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .grader import SubmissionResult
 from .notebook import unique_filenames
+from .results import SubmissionResult
 
 FIXED_COLUMNS = ("total", "possible", "status", "error")
 
