@@ -243,3 +243,34 @@ def test_describe_names_dict_values_by_dtype_and_shape():
 
     weights = {"W_q": torch.zeros(6, 6, dtype=torch.float64), "b_q": torch.zeros(6)}
     assert describe(weights) == "{W_q: tensor float64 (6, 6), b_q: tensor float32 (6,)}"
+
+
+def test_an_infinity_is_named_not_measured():
+    """-1e9 where -inf is expected: the message says so, never "the largest error is 1.8e+308"."""
+    expected = torch.tensor([[0.0, -math.inf], [0.0, 0.0]], dtype=torch.float64)
+    got = torch.tensor([[0.0, -1e9], [0.0, 0.0]], dtype=torch.float64)
+    text = _failure(lambda m: got, "to_additive", (expected,), expected)
+    assert "-inf expected, got -1e+09" in text
+    assert "e+308" not in text and "inf at index" not in text
+
+
+def test_a_known_mistake_replaces_the_generic_guesses():
+    """Slopes twice too large that a known mistake explains: its hint, and no "scale factor missing?"."""
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], dtype=torch.float64)
+    doubled = 2 * slopes
+    plain = _failure(lambda n: doubled, "slopes", (4,), slopes)
+    assert "  Hint: " in plain  # without a known mistake, the generic guess is there
+    text = _failure(lambda n: doubled, "slopes", (4,), slopes, mistakes={"do the slopes start at 1?": doubled})
+    assert text.startswith("Likely mistake: do the slopes start at 1?")
+    assert "  Hint: " not in text
+
+
+def test_a_long_call_is_written_one_argument_per_line_and_dicts_by_shape():
+    weights = {f"W_{name}": torch.zeros(8, 8) for name in "qkvo"} | {"b_q": torch.zeros(8), "nested": {"x": [1, 2]}}
+    text = checks.describe_call("decoder_block", (torch.zeros(2, 5, 8), torch.zeros(2, 7, 8)), {"params": weights})
+    lines = text.splitlines()
+    assert lines[0] == "decoder_block(" and lines[-1] == "  )"
+    assert max(len(line) for line in lines) < 2 * checks.CALL_WIDTH
+    assert "W_q: tensor float32 (8, 8)" in text and "nested: {x: list of 2}" in text
+    short = checks.describe_call("f", (torch.zeros(2, 3),))
+    assert short == "f(tensor float32 (2, 3))"

@@ -82,23 +82,38 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def describe(value: Any) -> str:
-    """A short description of an argument or a result: a tensor by dtype and shape."""
+#: how a generic guess at a failure's cause starts its line (dropped when a known mistake explains it)
+GUESS = "  Hint: "
+#: a call whose one-line description is longer than this is written one argument per line
+CALL_WIDTH = 100
+
+
+def describe(value: Any, *, depth: int = 0) -> str:
+    """A short description of an argument or a result: a tensor by dtype and shape; a dict or a
+    module's parameters by their names with shapes, nested at most two levels."""
     if isinstance(value, torch.Tensor):
         return f"tensor {_dtype_name(value.dtype)} {tuple(value.shape)}"
+    if depth >= 2 and isinstance(value, (list, tuple, dict)):
+        return f"{type(value).__name__} of {len(value)}"
     if isinstance(value, (list, tuple)) and len(value) <= 8:
-        inner = ", ".join(describe(v) for v in value)
+        inner = ", ".join(describe(v, depth=depth + 1) for v in value)
         return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
-    if isinstance(value, dict) and len(value) <= 12:
-        return "{" + ", ".join(f"{k}: {describe(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, dict):
+        shown = [f"{k}: {describe(v, depth=depth + 1)}" for k, v in list(value.items())[:12]]
+        more = f", ... {len(value) - 12} more" if len(value) > 12 else ""
+        return "{" + ", ".join(shown) + more + "}"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 def describe_call(name: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> str:
-    """``name(arg, ..., key=value)`` with tensors described by dtype and shape."""
+    """``name(arg, ..., key=value)`` with tensors described by dtype and shape; one argument per
+    line when that is long."""
     parts = [describe(a) for a in args] + [f"{k}={describe(v)}" for k, v in (kwargs or {}).items()]
-    return f"{name}({', '.join(parts)})"
+    line = f"{name}({', '.join(parts)})"
+    if len(line) <= CALL_WIDTH:
+        return line
+    return f"{name}(\n" + "".join(f"      {part},\n" for part in parts) + "  )"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,7 +441,15 @@ def _mismatch_message(
     worst = int(torch.argmax(torch.where(wrong, diff, torch.full_like(diff, -1.0))))
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), expected.shape)) if expected.ndim else ()
     e, g = expected[index].item(), got[index].item()
-    if math.isnan(g) != math.isnan(e):
+    infinite = wrong & (torch.isinf(expected) != torch.isinf(got))
+    if bool(infinite.any()):  # an error of "1.8e+308" would say nothing: name the infinity
+        index = tuple(int(i) for i in infinite.nonzero()[0])
+        e, g = expected[index].item(), got[index].item()
+        head = (
+            f"{what}: {int(wrong.sum())} of {wrong.numel()} values are wrong, e.g. at index {index}: "
+            f"{_fmt(e, 'float')} expected, got {_fmt(g, 'float')}"
+        )
+    elif math.isnan(g) != math.isnan(e):
         detail = (
             f"nan at index {index}, where the answer is {_fmt(e, 'float')}"
             if math.isnan(g)
@@ -465,18 +488,22 @@ def expect_close(
     if message is None:
         return
     tolerance = {"atol": atol, "rtol": rtol}
-    hints = [
+    # a fact about the result (a row that should be zeros), then guesses at its cause, which a
+    # known mistake that explains the result replaces (check_call drops the guesses then)
+    zero_row = _zero_row_diagnosis(got, expected) if got.is_floating_point() else None
+    guesses = [
         h
         for h in (
-            _zero_row_diagnosis(got, expected) if got.is_floating_point() else None,
             _transpose_diagnosis(got, expected, **tolerance),
             _scale_diagnosis(got, expected, **tolerance),
             _precision_diagnosis(got, expected),
         )
         if h
     ]
-    if hints:
-        message += "\n" + "\n".join(f"  Hint: {h}" for h in hints)
+    if zero_row:
+        message += f"\n  Note: {zero_row}"
+    if guesses:
+        message += "\n" + "\n".join(f"{GUESS}{h}" for h in guesses)
     raise CheckFailure(message)
 
 
@@ -675,8 +702,9 @@ def check_call(
     except CheckFailure as failure:
         message = failure.message
         hint = _likely_mistake(got, expected, mistakes, args, kwargs, tolerance)
-        if hint:
-            message = f"Likely mistake: {hint}\n{message}"
+        if hint:  # a known mistake explains the result: the generic guesses would only contradict it
+            kept = [line for line in message.splitlines() if not line.startswith(GUESS)]
+            message = f"Likely mistake: {hint}\n" + "\n".join(kept)
         if check_inputs and changed:
             message += f"\n  Also: {_in_place_message('the call', changed)}"
         raise CheckFailure(message) from None
