@@ -5,7 +5,7 @@ device and in the dtype of the inputs. :mod:`attnbook.formal` holds the column-c
 versions of *Formal Algorithms for Transformers*; :mod:`attnbook.plotting` the figure helpers.
 """
 
-from . import formal, models, tasks, training
+from . import formal, interpretability, models, tasks, training
 from .alibi import alibi_bias, alibi_bias_for_positions, alibi_slopes
 from .attention import apply_mask, attention, attention_scores
 from .device import default_device
@@ -58,6 +58,7 @@ __all__ = [
     "equivariant_accuracy",
     "equivariant_accuracy_bound",
     "formal",
+    "interpretability",
     "models",
     "tasks",
     "training",

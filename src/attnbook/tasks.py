@@ -14,6 +14,8 @@ output classes, the two sizes a model needs.
 * :class:`Translation`: y_i = lexicon[x_{order[i]}], a fixed word order and vocabulary map, for an
   encoder-decoder (the batch holds the decoder's inputs, ``bos`` then the target shifted right).
 * :class:`PreviousAndMirror`: y_i = (x_{i-1}, x_{n-1-i}), a task for two heads.
+* :class:`RepeatedSegment`: random tokens in which a segment repeats an earlier one at a random
+  offset; next-token prediction scored on the copy (chapter 10, induction heads).
 """
 
 from __future__ import annotations
@@ -328,3 +330,90 @@ class PreviousAndMirror:
         x = random_tokens(batch_size, self.length, self.num_symbols, generator)  # (batch, n)
         previous = x.roll(1, dims=1)  # previous[:, i] = x[:, i - 1], cyclically
         return Batch(x, previous * self.num_symbols + x.flip(1)).to(device)
+
+
+@dataclass
+class RepeatBatch(Batch):
+    """A batch of :class:`RepeatedSegment` with where its copy lies (chapter 10).
+
+    Attributes (besides those of :class:`Batch`):
+        source: (batch,) where the earlier segment starts, a_b.
+        start: (batch,) where its copy starts, c_b; the offset of sequence b is d_b = c_b - a_b.
+        segment: the segment length L.
+    """
+
+    source: torch.Tensor | None = None
+    start: torch.Tensor | None = None
+    segment: int = 0
+
+    @property
+    def offset(self) -> torch.Tensor:
+        """(batch,) the distance d = c - a back from a copied token to its earlier occurrence."""
+        return self.start - self.source
+
+    def scored(self) -> torch.Tensor:
+        """(batch, n) boolean, True at the positions whose target is scored (inside the copy)."""
+        return self.targets != IGNORE
+
+    def to(self, device: torch.device | str | None) -> RepeatBatch:
+        moved = super().to(device)
+        return RepeatBatch(
+            moved.inputs, moved.targets, None, self.source.to(device), self.start.to(device), self.segment
+        )
+
+
+@dataclass(frozen=True)
+class RepeatedSegment:
+    """Random tokens in which a segment repeats an earlier one at a random offset (chapter 10).
+
+    Every token is drawn uniformly from ``num_symbols`` ids, then a segment of ``segment`` tokens
+    starting at a (the source) is copied to positions c, ..., c + L - 1 (the copy), with c drawn
+    uniformly from [L, n - L] and then a uniformly from [0, c - L] in every sequence, so the copy
+    never overlaps its source and the offset d = c - a varies from sequence to sequence (from L to
+    n - L). The task is next-token prediction, scored only inside the copy: at position t with
+    c <= t <= c + L - 2 the target is x_{t+1} = x_{t+1-d}; every other target is :data:`IGNORE`.
+    Apart from the copy the tokens are independent and uniform, so nothing but the earlier
+    occurrence predicts a scored target: a model that does not copy from its context loses at least
+    log(num_symbols) nats there, on average.
+
+    With a fixed offset a one-layer model could copy by position alone (attend d - 1 back); the
+    random offset rules that out. Call :meth:`draw` to get a :class:`RepeatBatch`, which also holds
+    the source and copy starts.
+    """
+
+    length: int = 48
+    num_symbols: int = 32
+    segment: int = 16
+
+    def __post_init__(self) -> None:
+        _check_int("length", self.length, 4)
+        _check_int("num_symbols", self.num_symbols, 2)
+        _check_int("segment", self.segment, 2)
+        if 2 * self.segment > self.length:
+            raise ValueError(f"2 * segment = {2 * self.segment} must be <= length = {self.length}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.num_symbols
+
+    @property
+    def out_size(self) -> int:
+        return self.num_symbols
+
+    def draw(self, batch_size: int, generator: torch.Generator, device=None) -> RepeatBatch:
+        """A batch with its source starts a and copy starts c, each (batch,)."""
+        _check_call(batch_size, generator)
+        n, L = self.length, self.segment
+        x = random_tokens(batch_size, n, self.num_symbols, generator)  # (batch, n)
+        start = torch.randint(L, n - L + 1, (batch_size,), generator=generator)  # c in [L, n - L]
+        source = (torch.rand(batch_size, generator=generator) * (start - L + 1)).long()  # a in [0, c - L]
+        i = torch.arange(L)  # (L,)
+        rows = torch.arange(batch_size)[:, None]  # (batch, 1)
+        x[rows, start[:, None] + i] = x[rows, source[:, None] + i]  # (batch, L): the copy
+        y = torch.full_like(x, IGNORE)
+        t = start[:, None] + i[:-1]  # (batch, L - 1): the scored positions c .. c + L - 2
+        y[rows, t] = x[rows, t + 1]
+        return RepeatBatch(x, y, None, source, start, L).to(device)
+
+    def __call__(self, batch_size: int, generator: torch.Generator, device=None) -> Batch:
+        return self.draw(batch_size, generator, device)
