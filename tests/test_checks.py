@@ -274,3 +274,20 @@ def test_a_long_call_is_written_one_argument_per_line_and_dicts_by_shape():
     assert "W_q: tensor float32 (8, 8)" in text and "nested: {x: list of 2}" in text
     short = checks.describe_call("f", (torch.zeros(2, 3),))
     assert short == "f(tensor float32 (2, 3))"
+
+
+def test_otter_reports_a_failed_check_without_the_tests_code():
+    """Under otter (grader.check, otter run), a failed check is reported by its own message, never
+    as "Error at line N" with the test's source line (a hidden test's, in results.json)."""
+    exception_test = pytest.importorskip("otter.test_files.exception_test")
+    checks._quiet_otter()
+    report = exception_test.ExceptionTestFile._generate_error_message
+
+    class Test:
+        name = "q2"
+
+    text = report(Test(), CheckFailure("f(tensor float64 (2, 2)): expected 1, got 2"))
+    assert text.startswith("q2 failed:\nf(tensor float64 (2, 2)): expected 1, got 2")
+    assert "Error at line" not in text
+    checks._quiet_otter()  # applying it twice wraps once
+    assert exception_test.ExceptionTestFile._generate_error_message is report

@@ -117,6 +117,9 @@ def test_otter_run_takes_points_from_a_wrong_solution(graded) -> None:
     scores = graded["wrong_and_cheat"]["scores"]
     assert scores["q1"] < FULL["q1"]
     assert scores["q2"] == FULL["q2"]
+    # the report says what the check found, never which line of a (hidden) test raised
+    output = graded["wrong_and_cheat"]["outputs"]["q1"]
+    assert "failed:" in output and "Error at line" not in output and "check_call(" not in output
 
 
 def test_otter_run_scores_0_where_the_answer_ran_a_reference(graded) -> None:
