@@ -2,10 +2,15 @@
 
 For every page of the table of contents: math is typeset by the bundled MathJax, every image
 loads, the previous/next links lead to the neighbouring pages, nothing is fetched from outside
-localhost and the console shows no errors. The chapters are opened the way a phone in dark mode
-shows them (no sideways scrolling, dark background, figures on white, solutions folded), the other
-pages on a desktop screen: each page is loaded once (a load costs seconds of CPU: the theme's icons
-and MathJax). The search page must find a term. A screenshot of each page is saved under
+localhost and the console shows no errors. Each page is loaded once (a load costs seconds of CPU:
+the theme's icons and MathJax) and checked in light and dark mode at phone width (390 x 844) and
+on a desktop screen (1280 x 800), switching width and mode in that load: everywhere nothing is cut
+off without a scroll bar (formulas, theorem boxes, proofs, tables, solutions opened from the
+keyboard), the page does not scroll sideways and axe-core finds no critical or serious
+accessibility violation; at phone width figures open at full size and their smallest text is
+legible, and solutions start folded; in dark mode the background is dark and figures sit on
+white. No caption
+or figure label shows raw TeX. The search page must find a term. Screenshots are saved under
 ``_build/screenshots/``.
 
 The site is the one ``make book`` built (``_build/html``), or the one named by the environment
@@ -197,6 +202,8 @@ def open_page(browser, site_url, name, query="", **context_options):
             timeout=30_000,
         )
     page.wait_for_function("() => [...document.images].every(i => i.complete)", timeout=30_000)
+    if page.evaluate("!!document.querySelector('script[src*=\"attnbook.js\"]')"):  # figures sized (book/_static)
+        page.wait_for_function("() => document.documentElement.dataset.attnFigures === 'ready'", timeout=30_000)
     return context, page, log, has_math
 
 
@@ -231,54 +238,315 @@ def check_page(page, log, name: str, has_math: bool) -> None:
 
 CHAPTERS = [p for p in PAGES if Path(p).name[:1].isdigit()]
 
+#: the two screens every page is checked on (CSS pixels)
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 800}
+#: the smallest figure text a phone may show, in CSS pixels
+SMALLEST_FIGURE_TEXT = 9.0
 
-@pytest.mark.parametrize("name", [p for p in PAGES if p not in CHAPTERS])
-def test_page_renders_offline(browser, site_url, name):
-    """The pages that are not chapters, on a desktop screen (the chapters are opened at phone width
-    in dark mode, below, with the same checks: a page load costs seconds of CPU)."""
-    context, page, log, has_math = open_page(browser, site_url, name, viewport={"width": 1280, "height": 900})
-    try:
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SHOTS / f"{name.replace('/', '_')}.png"), full_page=False)
-        check_page(page, log, name, has_math)
-    finally:
-        context.close()
+#: Everything inside the page's content that is cut off: an element whose content reaches past its
+#: box while the box clips it (computed overflow-x hidden or clip), or an element reaching past the
+#: right edge of the window that no scrolling box holds. MathJax's copy of each formula for screen
+#: readers (mjx-assistive-mml) is clipped out of sight on purpose and does not count. Only the
+#: outermost offender is listed.
+CLIPPED_JS = """() => {
+  const width = document.documentElement.clientWidth;
+  const HIDDEN = 'mjx-assistive-mml, .visually-hidden, .sr-only';
+  const shown = (el) => {
+    if (el.closest(HIDDEN)) return false;
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) return false;
+    const s = getComputedStyle(el);
+    return s.visibility !== 'hidden' && s.display !== 'none';
+  };
+  const describe = (el) => {
+    const tag = el.tagName.toLowerCase() + [...el.classList].slice(0, 3).map(c => '.' + c).join('');
+    const box = el.closest('[id]');
+    const text = (el.innerText || el.textContent || '').replace(/\\s+/g, ' ').trim().slice(0, 80);
+    return `${tag} in #${box ? box.id : '?'}: "${text}"`;
+  };
+  const scrolls = (el) => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+  const found = [], reported = new Set();
+  for (const el of document.querySelectorAll('.bd-main *')) {
+    let a = el.parentElement, inReported = false;
+    for (; a; a = a.parentElement) if (reported.has(a)) { inReported = true; break; }
+    if (inReported || !shown(el)) continue;
+    const style = getComputedStyle(el), rect = el.getBoundingClientRect();
+    if (['hidden', 'clip'].includes(style.overflowX) && el.scrollWidth > el.clientWidth + 1) {
+      const edge = rect.left + el.clientLeft + el.clientWidth;
+      let reach = 0;
+      for (const d of el.querySelectorAll('*')) if (shown(d)) reach = Math.max(reach, d.getBoundingClientRect().right - edge);
+      if (reach > 1) { found.push(`cut off by ${Math.round(reach)}px: ${describe(el)}`); reported.add(el); continue; }
+    }
+    if (rect.right > width + 1) {
+      let held = false;
+      for (a = el.parentElement; a && a !== document.body; a = a.parentElement) if (scrolls(a)) { held = true; break; }
+      if (!held) { found.push(`past the right edge by ${Math.round(rect.right - width)}px: ${describe(el)}`); reported.add(el); }
+    }
+  }
+  return found;
+}"""
+
+#: axe-core's moderate findings that stay, and why (anything else moderate, serious or critical fails)
+KNOWN_MODERATE: dict[str, str] = {}
 
 
-@pytest.mark.parametrize("name", CHAPTERS)
-def test_chapter_renders_offline_at_phone_width_in_dark_mode(browser, site_url, name):
-    context, page, log, has_math = open_page(
-        browser, site_url, name, viewport={"width": 390, "height": 844}, color_scheme="dark", device_scale_factor=2
+def _axe(page, context="document", **options) -> list[dict]:
+    """axe-core's violations on the page as it is now (axe is injected once per page load)."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        try:
+            from axe_playwright_python.sync_playwright import Axe
+        except ImportError:
+            pytest.fail("axe-playwright-python is not installed: `pip install -e '.[test]'`")
+        page.evaluate(Axe().axe_script)
+    options = {"resultTypes": ["violations"], **options}
+    return page.evaluate(
+        f"axe.run({context}, {json.dumps(options)}).then(r => r.violations.map(v => ({{id: v.id, impact: v.impact,"
+        " help: v.help, nodes: v.nodes.map(n => n.target.join(' ') + ': ' + (n.failureSummary || '')"
+        ".replace(/\\s+/g, ' ').slice(0, 300))})))"
     )
+
+
+#: the rules about colour (see accessibility_problems)
+COLOUR_RULES = ["color-contrast", "link-in-text-block"]
+
+#: one highlighted code token of each look (colour, background, size, weight) in the article, and the
+#: code blocks that hold none of them (window.attnCodeLeftOut)
+CODE_SAMPLES_JS = """() => {
+  const backgrounds = new Map(), samples = new Map();
+  const background = (el) => {
+    for (let a = el; a; a = a.parentElement) {
+      const colour = getComputedStyle(a).backgroundColor;
+      if (colour !== 'rgba(0, 0, 0, 0)') return colour;
+    }
+    return '';
+  };
+  for (const el of document.querySelectorAll('.bd-article .highlight pre span')) {
+    if (el.children.length || !el.textContent.trim()) continue;
+    const pre = el.closest('pre');
+    if (!backgrounds.has(pre)) backgrounds.set(pre, background(pre));
+    const s = getComputedStyle(el);
+    const look = [s.color, s.backgroundColor, backgrounds.get(pre), s.fontSize, s.fontWeight].join('|');
+    if (!samples.has(look)) samples.set(look, el);
+  }
+  const kept = [...samples.values()];
+  // the code blocks that hold none of them are left out of the colour rules
+  window.attnCodeLeftOut = [...document.querySelectorAll('.bd-article div.highlight')].filter(
+    (block) => !kept.some((sample) => block.contains(sample)));
+  return window.attnCodeLeftOut.length;
+}"""
+
+
+def accessibility_problems(page, log, label: str, screen: str, theme: str) -> list[str]:
+    """axe-core on the page: no critical, serious or unexplained moderate violation.
+
+    Every rule runs on every page at both widths in both themes, with two savings (colour contrast
+    is nearly all of axe's time, and highlighted code nearly all of that):
+
+    - the rules about anything but colour run in light mode only: the two themes differ in
+      colours only (the theme's ``html[data-theme]`` variables), not in what the page holds;
+    - the colour rules check the article at phone width (its colours are the same at 1280 px) and,
+      at desktop width, what lies outside it (sidebars and header, which a phone does not show);
+      in the article's highlighted code they check the code blocks that hold one token of each
+      look (colour, background, size, weight): every other token of that look has the same contrast.
+    """
+    before = len(log.problems)
+    violations = []
+    if theme == "light":
+        violations += _axe(page, rules={rule: {"enabled": False} for rule in COLOUR_RULES})
+    if screen == "phone":
+        page.evaluate(CODE_SAMPLES_JS)
+        violations += _axe(page, "{include: [document], exclude: window.attnCodeLeftOut}", runOnly=COLOUR_RULES)
+    else:
+        violations += _axe(page, "{exclude: [['.bd-article']]}", runOnly=COLOUR_RULES)
+    # axe re-reads the stylesheets and resolves the theme's `@import "../basic.css"` against the page
+    # instead of the stylesheet: the missing /basic.css it asks for is axe's, not the site's
+    log.problems[before:] = [
+        p for p in log.problems[before:] if not re.search(r"\.css$|the server responded with a status of 404", p)
+    ]
+    problems = []
+    for v in violations:
+        if v["impact"] in ("critical", "serious") or (v["impact"] == "moderate" and v["id"] not in KNOWN_MODERATE):
+            problems.append(f"{label}: axe {v['impact']} {v['id']} ({v['help']}): {v['nodes'][:3]}")
+    return problems
+
+
+@functools.cache
+def _figure_record(path: Path) -> dict:
+    """The text chunks a chapter's figure carries (attnbook.plotting.record_figure_text)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return dict(getattr(image, "text", {}))
+
+
+def figure_problems(page, label: str) -> list[str]:
+    """Every figure opens at full size (a link to its image) and, as shown, its smallest text is at
+    least SMALLEST_FIGURE_TEXT CSS pixels: the size recorded in the PNG (pixels of the PNG) times
+    the figure's displayed width over its natural width."""
+    figures = page.evaluate(
+        "[...document.querySelectorAll('main figure img, main .cell_output img')].map(i => ({src: i.currentSrc || i.src,"
+        " shown: i.getBoundingClientRect().width, natural: i.naturalWidth, link: i.closest('a')?.href || '',"
+        " alt: i.alt.slice(0, 50)}))"
+    )
+    problems = []
+    for figure in figures:
+        name = f"{label}: figure '{figure['alt']}'"
+        if figure["link"] != figure["src"]:
+            problems.append(f"{name} does not open at full size (no link to its image)")
+        path = SITE / urlparse(figure["src"]).path.lstrip("/")
+        if path.suffix.lower() != ".png" or not path.exists():
+            continue
+        record = _figure_record(path)
+        if "attnbook:texts" not in record:
+            problems.append(f"{name}: {path.name} records no text (drawn without attnbook.plotting.use_style?)")
+        elif "attnbook:min-text-px" in record:
+            smallest = float(record["attnbook:min-text-px"]) * figure["shown"] / figure["natural"]
+            if smallest < SMALLEST_FIGURE_TEXT:
+                problems.append(
+                    f"{name}: its smallest text is {smallest:.1f} CSS px ({figure['natural']} px image shown"
+                    f" {figure['shown']:.0f} px wide)"
+                )
+    return problems
+
+
+def open_folded_content_with_the_keyboard(page, label: str) -> list[str]:
+    """Every folded solution (sphinx-togglebutton), <details> block and tab opens from the keyboard:
+    focus its control, press Enter (a tab: the arrow key)."""
+    problems = []
+    buttons = page.locator("main button.toggle-button")
+    for i in range(buttons.count()):
+        button = buttons.nth(i)
+        target = button.get_attribute("data-target")
+        button.focus()
+        page.keyboard.press("Enter")
+        if page.evaluate("t => document.getElementById(t).classList.contains('toggle-hidden')", target):
+            problems.append(f"{label}: folded #{target} does not open with the keyboard")
+    summaries = page.locator("main details:not([open]) > summary")
+    for i in reversed(range(summaries.count())):  # the locator shrinks as they open
+        summary = summaries.nth(i)
+        summary.focus()
+        page.keyboard.press("Enter")
+    closed = page.evaluate("document.querySelectorAll('main details:not([open])').length")
+    if closed:
+        problems.append(f"{label}: {closed} <details> blocks do not open with the keyboard")
+    tab_sets = page.locator("main .sd-tab-set")
+    for i in range(tab_sets.count()):
+        inputs = tab_sets.nth(i).locator(":scope > input")
+        if inputs.count() > 1:
+            inputs.first.focus()
+            page.keyboard.press("ArrowRight")
+            if not inputs.nth(1).is_checked():
+                problems.append(f"{label}: tab set {i} does not switch tabs with the keyboard")
+    return problems
+
+
+def check_dark_theme(page, name: str) -> None:
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    channels = [int(c) for c in background[background.index("(") + 1 : background.index(")")].split(",")[:3]]
+    assert sum(channels) < 3 * 80, f"{name}: dark mode background is {background}"
+    # figures (white matplotlib PNGs) sit on white, not on the theme's grey (book/_static/attnbook.css)
+    colours = page.evaluate(
+        "[...document.querySelectorAll('main figure img, main .cell_output img')].map(i => getComputedStyle(i).backgroundColor)"
+    )
+    assert all(colour == "rgb(255, 255, 255)" for colour in colours), f"{name}: {colours}"
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_page_in_the_browser(browser, site_url, name):
+    """Each page, loaded once: in light mode at phone width, widened to a desktop screen, switched
+    to dark mode (the reader's system preference changes; the theme follows it without a reload),
+    and narrowed to phone width again.
+
+    On all four: nothing is cut off (CLIPPED_JS; the folded solutions opened, from the keyboard),
+    axe-core finds no critical or serious violation, the checks of check_page hold and the page
+    does not scroll sideways. At phone width: figures are legible and open at full size, solutions
+    start folded. In dark mode the background is dark and figures sit on white. Screenshots:
+    phone light and dark, desktop light, and the first figure in dark mode. All problems are
+    listed together."""
+    context, page, log, has_math = open_page(browser, site_url, name, viewport=PHONE, color_scheme="light")
+    shot = SHOTS / name.replace("/", "_")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    problems: list[str] = []
     try:
         check_page(page, log, name, has_math)
-        # the page itself does not scroll sideways (wide tables and figures scroll inside their box)
-        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 1, f"{name}: page is {overflow}px wider than a phone screen"
-        assert page.evaluate("document.documentElement.dataset.theme") == "dark"
-        background = page.evaluate("getComputedStyle(document.body).backgroundColor")
-        channels = [int(c) for c in background[background.index("(") + 1 : background.index(")")].split(",")[:3]]
-        assert sum(channels) < 3 * 80, f"{name}: dark mode background is {background}"
-        # figures (white matplotlib PNGs) sit on white, not on the theme's grey (book/_static/attnbook.css),
-        # and are no wider than the screen
-        figures = page.evaluate(
-            "[...document.querySelectorAll('main figure img, main .cell_output img')]"
-            ".map(i => [getComputedStyle(i).backgroundColor, i.getBoundingClientRect().right])"
-        )
-        assert all(colour == "rgb(255, 255, 255)" for colour, _ in figures), f"{name}: {figures}"
-        assert all(right <= 390 + 1 for _, right in figures), f"{name}: a figure is wider than the phone: {figures}"
-        # solutions of the in-book exercises start folded away
         assert page.evaluate(
             "[...document.querySelectorAll('main .solution')].every(s => s.classList.contains('toggle-hidden'))"
         ), f"{name}: a solution of an exercise is shown unfolded"
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SHOTS / f"{name.replace('/', '_')}-phone-dark.png"))
-        if figures:  # and one screenshot showing the first figure
-            page.locator("main figure img, main .cell_output img").first.scroll_into_view_if_needed()
-            page.screenshot(path=str(SHOTS / f"{name.replace('/', '_')}-phone-dark-figure.png"))
+        page.screenshot(path=f"{shot}-phone-light.png")
+        problems += figure_problems(page, f"{name} (phone)")
+        problems += open_folded_content_with_the_keyboard(page, name)
+        for theme, screen in (("light", "phone"), ("light", "desktop"), ("dark", "desktop"), ("dark", "phone")):
+            label = f"{name} ({screen}, {theme})"
+            if page.viewport_size != (PHONE if screen == "phone" else DESKTOP):
+                page.set_viewport_size(PHONE if screen == "phone" else DESKTOP)
+                page.wait_for_timeout(400)  # the theme and book/_static/attnbook.js lay out again
+            if theme == "dark" and page.evaluate("document.documentElement.dataset.theme") != "dark":
+                page.emulate_media(color_scheme="dark")
+                page.wait_for_function("() => document.documentElement.dataset.theme === 'dark'", timeout=10_000)
+                # the theme fades some colours over (CSS transitions): measure them once they have ended
+                page.wait_for_function(
+                    "() => document.getAnimations().every(a => a.playState !== 'running')", timeout=10_000
+                )
+                check_dark_theme(page, name)
+            overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            if overflow > 1:
+                problems.append(f"{label}: the page is {overflow}px wider than the screen")
+            if (theme, screen) == ("light", "desktop"):
+                page.screenshot(path=f"{shot}-desktop-light.png")
+            problems += [f"{label}: {p}" for p in page.evaluate(CLIPPED_JS)]
+            problems += accessibility_problems(page, log, label, screen, theme)
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=f"{shot}-phone-dark.png")
+        figures = page.locator("main figure img, main .cell_output img")
+        if figures.count():  # and one screenshot showing the first figure
+            figures.first.scroll_into_view_if_needed()
+            page.screenshot(path=f"{shot}-phone-dark-figure.png")
         assert log.problems == [], f"{name}: {log.problems}"
+        assert problems == [], "\n".join(problems)
     finally:
         context.close()
+
+
+#: TeX left as text: a brace subscript or superscript, a backslash command, or a one-letter name
+#: with a subscript (d_k, M_t, d_model), anywhere outside math ($...$ in a figure, MathJax on a page)
+RAW_TEX = re.compile(r"_\{|\^\{|\\[A-Za-z]+|(?<![\w$\\])[A-Za-z]_[A-Za-z0-9]+\b")
+
+
+def _outside_math(text: str) -> str:
+    """``text`` without its matplotlib mathtext ($...$, unescaped dollars)."""
+    return re.sub(r"(?<!\\)\$.*?(?<!\\)\$", " ", text)
+
+
+def test_captions_and_figure_text_show_no_raw_tex(built_site):
+    """Captions are MyST math and figure labels matplotlib mathtext: no caption of a chapter and no
+    string a chapter's figure shows (titles, axis labels, legends, ticks, annotations: recorded in
+    each PNG by attnbook.plotting.record_figure_text) holds TeX as raw text."""
+    import html as html_module
+
+    problems = []
+    for name in CHAPTERS:
+        page = (built_site / f"{name}.html").read_text()
+        main = page[page.index("<main") : page.index("</main>")]
+        for caption in re.findall(r"<figcaption>(.*?)</figcaption>", main, re.S):
+            text = re.sub(r'<span class="math[^"]*">.*?</span>', " ", caption, flags=re.S)  # MathJax renders it
+            text = re.sub(r"<code[^>]*>.*?</code>", " ", text, flags=re.S)
+            text = html_module.unescape(re.sub(r"<[^>]+>", "", text))
+            if found := RAW_TEX.findall(text):
+                problems.append(f"{name}: caption shows raw TeX {found}: {' '.join(text.split())[:120]}")
+        for source in re.findall(r'<img[^>]*src="([^"]*_images/[^"]+\.png)"', main):  # the chapters' figures
+            path = (built_site / name).parent / source
+            record = _figure_record(path.resolve())
+            if "attnbook:texts" not in record:
+                problems.append(
+                    f"{name}: figure {path.name} records no text (drawn without attnbook.plotting.use_style?)"
+                )
+                continue
+            for string in json.loads(record["attnbook:texts"]):
+                if found := RAW_TEX.findall(_outside_math(string)):
+                    problems.append(f"{name}: figure {path.name} shows raw TeX {found} in {string!r}")
+    assert problems == [], "\n".join(problems)
 
 
 def test_search_finds_a_term(browser, site_url):

@@ -4,10 +4,16 @@ Call :func:`use_style` once at the top of a chapter; then draw with :func:`atten
 (weights with token labels), :func:`matrix_heatmap` (any matrix: masks, scores, encodings) and
 :func:`mask_heatmap` (a boolean mask as 0/1 cells).
 Each takes an optional ``ax`` and returns it, so figures with several panels are easy to compose.
+
+Every figure drawn after :func:`use_style` carries, in the PNG it is saved as (the chapters'
+outputs), the smallest size of its text in pixels of that PNG and every string it shows
+(:func:`record_figure_text`): the website's tests check from them that figure text stays legible
+on a phone and that no label shows raw TeX.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import matplotlib as mpl
@@ -30,7 +36,13 @@ STYLE: dict[str, object] = {
     "image.cmap": "viridis",
     "legend.frameon": False,
     "figure.facecolor": "white",
+    # every pyplot figure records its text in the PNG it is saved as (see record_figure_text)
+    "figure.hooks": ["attnbook.plotting:record_figure_text"],
 }
+
+#: PNG text chunks written by :func:`record_figure_text`
+MIN_TEXT_PX_KEY = "attnbook:min-text-px"
+TEXTS_KEY = "attnbook:texts"
 
 #: colour map for probabilities (sequential, 0 to 1) and for signed values (diverging, centred at 0)
 WEIGHTS_CMAP = "viridis"
@@ -40,6 +52,41 @@ SIGNED_CMAP = "RdBu_r"
 def use_style() -> None:
     """Apply the course's figure style (:data:`STYLE`) to matplotlib."""
     mpl.rcParams.update(STYLE)
+
+
+def _text_record(fig, dpi: float) -> dict[str, str]:
+    """The text chunks of :func:`record_figure_text` for ``fig`` as it has just been drawn."""
+    texts = [t for t in fig.findobj(mpl.text.Text) if t.get_visible() and t.get_text().strip()]
+    record = {TEXTS_KEY: json.dumps(list(dict.fromkeys(t.get_text() for t in texts)), ensure_ascii=True)}
+    if texts:  # PNG tEXt chunks are Latin-1: the strings go as ASCII JSON
+        record[MIN_TEXT_PX_KEY] = f"{min(t.get_fontsize() for t in texts) * dpi / 72.0:.2f}"
+    return record
+
+
+def record_figure_text(fig) -> None:
+    """Make every PNG that ``fig`` is saved as (``savefig``, or the notebook's inline display)
+    record its text, in two text chunks: :data:`MIN_TEXT_PX_KEY`, the size of its smallest text in
+    pixels of that PNG (font size in points times dpi / 72), and :data:`TEXTS_KEY`, every string it
+    shows (a JSON list). A matplotlib figure hook (``figure.hooks`` in :data:`STYLE`); the image
+    itself is unchanged, and nothing is drawn twice: the text is read when the PNG's own drawing
+    ends (its ``draw_event``), before the file is written."""
+    canvas = fig.canvas
+    print_figure = canvas.print_figure
+
+    def print_figure_with_text(filename, *args, **kwargs):
+        fmt = kwargs.get("format") or (filename.rsplit(".", 1)[-1] if isinstance(filename, str) else None)
+        if fmt != "png" or canvas is not fig.canvas:
+            return print_figure(filename, *args, **kwargs)
+        dpi = kwargs.get("dpi") or mpl.rcParams["savefig.dpi"]
+        dpi = fig.dpi if dpi == "figure" else float(dpi)
+        metadata = dict(kwargs.get("metadata") or {})  # handed to the PNG writer after the last draw
+        drawn = fig.canvas.mpl_connect("draw_event", lambda event: metadata.update(_text_record(fig, dpi)))
+        try:
+            return print_figure(filename, *args, **{**kwargs, "metadata": metadata})
+        finally:
+            fig.canvas.mpl_disconnect(drawn)
+
+    canvas.print_figure = print_figure_with_text
 
 
 def _to_numpy(matrix: torch.Tensor | np.ndarray, name: str) -> np.ndarray:
