@@ -7,7 +7,7 @@ is reported as ``book/01_single_query_attention.md::notebook::Cell 7``.
 
 Each chapter executes once per check: when every cell of a chapter has passed, its outputs are
 stored in the book build's execution cache (``_build/.jupyter_cache``, jupyter-cache keyed by the
-code cells), so the strict book build that follows (``tests/test_site.py``) reuses them instead
+code cells), so the strict book build that follows (``tests/book/test_site.py``) reuses them instead
 of running the chapter again. The book's own reader (myst-nb) must see the same code cells as
 jupytext; when it does not, nothing is stored and the book build executes that chapter itself.
 """
@@ -74,7 +74,7 @@ def executed_chapter_class():  # nbval is imported only when a chapter is collec
                 if self.cell_items and all(ran) and not self.failed and not getattr(self, "timed_out", False):
                     store_in_execution_cache(self.parent.path, [item.test_outputs for item in self.cell_items])
             finally:
-                done = finished_folder(ROOT)  # the book build may wait for it (tests/test_site.py)
+                done = finished_folder(ROOT)  # the book build may wait for it (tests/book/test_site.py)
                 done.mkdir(parents=True, exist_ok=True)
                 (done / self.parent.path.name).touch()
 
@@ -132,20 +132,20 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
 #: Files run longest first after the chapters, so that under ``make test`` (pytest-xdist,
 #: ``--dist loadfile --no-loadscope-reorder``: whole files, in this order) the two workers finish
 #: together instead of one idling while the other runs a long file it picked up last. The chapter
-#: of trained models is the longest one. The website's build (tests/test_site.py) waits until
+#: of trained models is the longest one. The website's build (tests/book/test_site.py) waits until
 #: every chapter has run, so it comes after two long files: by then the chapters are done.
 FIRST = ["book/07_attention_at_work.md", "book/"]
 LONGEST_FIRST = [
-    "tests/test_mutations.py",
-    "tests/test_grader_concurrency.py",
-    "tests/test_site.py",
-    "tests/test_grader_isolation.py",
-    "tests/test_grading_cli.py",
-    "tests/test_homework.py",
-    "tests/test_gradescope.py",
-    "tests/test_jupyterlab.py",
-    "tests/test_grader_habits.py",
-    "tests/test_release.py",
+    "tests/homework/test_mutations.py",
+    "tests/attngrade/test_grader_concurrency.py",
+    "tests/book/test_site.py",
+    "tests/attngrade/test_grader_isolation.py",
+    "tests/attngrade/test_grading_cli.py",
+    "tests/homework/test_homework.py",
+    "tests/attngrade/test_gradescope.py",
+    "tests/book/test_jupyterlab.py",
+    "tests/attngrade/test_grader_habits.py",
+    "tests/attngrade/test_release.py",
 ]
 
 

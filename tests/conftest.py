@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -42,31 +44,14 @@ def tolerances(dtype: torch.dtype) -> dict[str, float]:
     return {"atol": 2e-5, "rtol": 1e-4}
 
 
-#: test modules about the course around the package (homework, grader, website); `make test-quick`
-#: runs the rest, the package's own tests
-COURSE_MODULES = {
-    "test_checks",
-    "test_gradescope",
-    "test_grader_batches",
-    "test_grader_concurrency",
-    "test_grader_habits",
-    "test_grader_isolation",
-    "test_grading_cli",
-    "test_grading_protocol",
-    "test_grading_static",
-    "test_homework",
-    "test_integrity",
-    "test_jupyterlab",
-    "test_mutations",
-    "test_notebook_reader",
-    "test_release",
-    "test_sandbox_view",
-    "test_site",
-}
+#: test folders about the course around the package (the grader, the homework, the website);
+#: `make test-quick` runs the rest, the package's own tests (tests/attnbook/)
+COURSE_FOLDERS = {"attngrade", "homework", "book"}
+TESTS = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        module = getattr(item, "module", None)
-        if module is not None and module.__name__.rsplit(".", 1)[-1] in COURSE_MODULES:
+        path = Path(str(item.path)).resolve()
+        if path.is_relative_to(TESTS) and path.relative_to(TESTS).parts[0] in COURSE_FOLDERS:
             item.add_marker(pytest.mark.course)

@@ -51,7 +51,7 @@ def built_homework() -> list[Homework]:
     """Every homework, built if its dist/ is missing or older than its master.
 
     otter's own run of the solutions is skipped here (it is what ``make assignments`` adds); the
-    class grader grades the solutions in tests/test_mutations.py with the same tests.
+    class grader grades the solutions in tests/homework/test_mutations.py with the same tests.
     """
     global _built
     with _build_lock():

@@ -1,4 +1,4 @@
-"""Wrong solutions of homework 1, each of which the tests must catch (tests/test_mutations.py).
+"""Wrong solutions of homework 1, each of which the tests must catch (tests/homework/test_mutations.py).
 
 MUTANTS maps a name to (the question that must lose points, old, new): the solutions notebook with
 ``old`` (a piece of the solution code that occurs exactly once in its code cells) replaced by

@@ -3,7 +3,7 @@
 MUTANTS maps a name to (the question that must lose points, old, new): the solutions notebook with
 ``old`` (a piece of the solution code that occurs exactly once in its code cells) replaced by
 ``new`` (tests/submissions.py, edited_submission). Each is the one mistake its name says
-(tests/test_mutations.py grades them).
+(tests/homework/test_mutations.py grades them).
 """
 
 MUTANTS = {

@@ -2,7 +2,7 @@
 
 MUTANTS maps a name to (the question that must lose points, an exact piece of the solutions' code
 that occurs once, its replacement): one-line edits of the master's solutions, the mistakes
-students make (tests/test_mutations.py grades each).
+students make (tests/homework/test_mutations.py grades each).
 """
 
 MUTANTS = {

@@ -1,7 +1,7 @@
 """The course's homework and class grader (the ``exercises/`` folder), apart from the formulas.
 
 The package is laid out by stage and trust zone; imports only point down this list
-(``tests/test_grader_layout.py`` checks it):
+(``tests/attngrade/test_grader_layout.py`` checks it):
 
 * :mod:`.sandboxed` — what runs **inside** a submission's bubblewrap sandbox, and all that the
   sandbox sees of the grader: :mod:`~.sandboxed.worker` (runs the notebook, answers calls),

@@ -480,7 +480,7 @@ def _mode_classes() -> tuple:
             # from tracing it, and that imports torch._dynamo (about 800 modules, 1.5-2.5 s) on
             # the mode's first call, in every sandbox the grader starts. Dynamo can only be tracing
             # once it is imported, so the shim is used from then on, and the call is direct before
-            # (tests/test_integrity.py: compiled answers)
+            # (tests/attngrade/test_integrity.py: compiled answers)
             @classmethod
             def _should_skip_dynamo(cls) -> bool:
                 return False

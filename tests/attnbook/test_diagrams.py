@@ -1,0 +1,255 @@
+"""The diagrams of the mechanism (attnbook.diagrams): style, single query, matrix form, masks."""
+
+from __future__ import annotations
+
+import warnings
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+import attnbook  # noqa: E402
+from attnbook.diagrams import style  # noqa: E402
+from attnbook.diagrams.masks import default_masks, draw_masks  # noqa: E402
+from attnbook.diagrams.matrix_form import draw_matrix_form  # noqa: E402
+from attnbook.diagrams.single_query import draw_single_query  # noqa: E402
+
+from ..figures import close_figures  # noqa: E402, F401  (autouse)
+from ..paths import BOOK  # noqa: E402
+
+
+def drawn(function, *args, **kwargs) -> Figure:
+    """Call a diagram function with every warning turned into an error; check the common contract."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = function(*args, **kwargs)
+        fig.canvas.draw()  # lay out the text: mathtext errors and font warnings surface here
+    assert isinstance(fig, Figure)
+    assert len(style.alt_text(fig)) > 40
+    assert fig.patch.get_alpha() == 0.0  # transparent around the light panel: works on dark pages
+    return fig
+
+
+def hatched(fig: Figure) -> int:
+    return sum(1 for p in fig.findobj(Rectangle) if p.get_hatch())
+
+
+# style
+
+
+def test_new_diagram_needs_alt_text():
+    with pytest.raises(ValueError, match="alt text"):
+        style.new_diagram(2, 2, alt=" ")
+    fig, ax = style.new_diagram(3, 2, alt="A  test\n diagram.")
+    assert style.alt_text(fig) == "A test diagram."  # whitespace normalised
+    assert [p.get_gid() for p in ax.patches] == ["panel"]
+    assert ax.get_xlim() == (0.0, 3.0) and ax.get_ylim() == (0.0, 2.0)
+
+
+def test_alt_text_missing_is_an_error():
+    with pytest.raises(ValueError, match="no alt text"):
+        style.alt_text(plt.figure())
+
+
+def test_role_colours_are_distinct_and_mid_tone():
+    roles = ["query", "key", "value", "score", "weight", "output"]
+    assert len({style.color(r) for r in roles}) == len(roles)
+    for role in roles:
+        lum = np.dot(matplotlib.colors.to_rgb(style.color(role)), [0.2126, 0.7152, 0.0722])
+        assert 0.15 < lum < 0.75, role  # neither near black nor near white
+        # the dark shade used for text stands out from the light panel
+        assert np.dot(matplotlib.colors.to_rgb(style.dark(role)), [0.2126, 0.7152, 0.0722]) < 0.45
+    with pytest.raises(ValueError, match="unknown role"):
+        style.color("keys")
+
+
+def test_matrix_block_geometry_and_labels():
+    fig, ax = style.new_diagram(4, 3, alt="One block.")
+    block = style.matrix_block(
+        ax,
+        (2, 1.5),
+        3,
+        2,
+        role="query",
+        label="$Q$",
+        shape="$n \\times d_k$",
+        cell=0.4,
+        values=[[1, 2], [3, 4], [5, 6]],
+        fmt="{:.0f}",
+    )
+    assert (block.rows, block.cols) == (3, 2)
+    assert block.center == pytest.approx((2, 1.5))
+    assert block.width == pytest.approx(0.8) and block.height == pytest.approx(1.2)
+    assert block.cell_center(0, 0) == pytest.approx((1.8, 1.5 + 0.4))  # row 0 at the top
+    assert block.left[0] < block.center[0] < block.right[0] and block.bottom[1] < block.top[1]
+    assert style.blocks_in(fig) == ["$Q$"]
+    assert {"$Q$", "$n \\times d_k$", "1", "6"} <= set(style.labels_in(fig))
+    with pytest.raises(ValueError, match="expected \\(3, 2\\)"):
+        style.matrix_block(ax, (2, 1.5), 3, 2, role="key", values=np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="side"):
+        style.matrix_block(ax, (2, 1.5), 1, 1, role="key", label="k", label_side="above")
+
+
+def test_highlight_checks_its_range():
+    fig, ax = style.new_diagram(4, 3, alt="One block.")
+    block = style.matrix_block(ax, (2, 1.5), 3, 2, role="score")
+    style.highlight(ax, block, rows=(1, 2))
+    with pytest.raises(ValueError, match="outside"):
+        style.highlight(ax, block, rows=(2, 4))
+
+
+# single-query attention
+
+
+def test_single_query_draws_the_worked_example():
+    fig = drawn(draw_single_query, tokens=["cat", "sat", "mat"])
+    blocks = style.blocks_in(fig)
+    assert blocks.count("$q$") == 1 and blocks.count("$o$") == 1
+    assert {f"$k_{t}$" for t in (1, 2, 3)} | {f"$v_{t}$" for t in (1, 2, 3)} <= set(blocks)
+    labels = style.labels_in(fig)
+    # scores 2, 1, 0; weights softmax(2, 1, 0); output (0.755, 0.335): chapter 1's hand computation
+    assert {"2", "1", "0", "0.665", "0.245", "0.090", "0.755", "0.335"} <= set(labels)
+    assert {"cat", "sat", "mat"} <= set(labels)
+    assert "(0.665, 0.245, 0.090)" in style.alt_text(fig)
+
+
+def test_single_query_matches_attention_on_tensors():
+    draw = attnbook.sampler(0)
+    q, K, V = draw(3), draw(5, 3), draw(5, 2)
+    fig = drawn(draw_single_query, q, K, V)
+    out, weights = attnbook.attention(q[None], K, V)
+    labels = set(style.labels_in(fig))
+    assert {f"{w:.3f}" for w in weights[0].tolist()} <= labels
+    assert {f"{o:.3f}" for o in out[0].tolist()} <= labels
+    assert len([b for b in style.blocks_in(fig) if b.startswith("$k_")]) == 5
+
+
+def test_single_query_without_numbers():
+    fig = drawn(draw_single_query, numbers=False)
+    assert "0.665" not in style.labels_in(fig)
+    assert "0.665" not in style.alt_text(fig)
+
+
+def test_single_query_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match="keys"):
+        draw_single_query([1.0, 0.0], [[1.0, 0.0, 0.0]], [[1.0]])
+    with pytest.raises(ValueError, match="token names"):
+        draw_single_query(tokens=["one"])
+
+
+# matrix form
+
+
+@pytest.mark.parametrize("convention", ["row", "column"])
+def test_matrix_form_draws_six_blocks_with_their_shapes(convention):
+    n, m, d_k, d_v = 4, 6, 3, 2
+    fig = drawn(draw_matrix_form, convention, n=n, m=m, d_k=d_k, d_v=d_v)
+    names = {b.split(" ")[0].rstrip("$").lstrip("$") for b in style.blocks_in(fig)}
+    assert names == {"Q", "K^\\top", "S", "A", "V", "O"}
+    labels = style.labels_in(fig)
+    if convention == "row":
+        assert {"$n \\times d_k$", "$d_k \\times m$", "$n \\times m$", "$m \\times d_v$", "$n \\times d_v$"} <= set(
+            labels
+        )
+        assert any("over each row" in label for label in labels)
+    else:
+        assert {"$d_\\mathrm{attn} \\times \\ell_x$", "$\\ell_z \\times \\ell_x$"} <= set(labels)
+        assert any("over each column" in label for label in labels)
+    # every block has its true shape: count cells by the blocks' sizes
+    ax = fig.axes[0]
+    sizes = sorted(
+        round(
+            p.get_width() * p.get_height() / 0.0729 if convention == "column" else p.get_width() * p.get_height() / 0.09
+        )
+        for p in ax.patches
+        if (p.get_gid() or "").startswith("block:")
+    )
+    assert sizes == sorted([n * d_k, d_k * m, n * m, n * m, m * d_v, n * d_v])
+
+
+def test_matrix_form_mask_hatches_blocked_scores_and_weights():
+    keep = attnbook.causal_mask(4, 6)
+    fig = drawn(draw_matrix_form, mask=keep)
+    assert hatched(fig) == 2 * int((~keep).sum())  # in S and in A
+    assert f"{int((~keep).sum())} of 24" in style.alt_text(fig)
+
+
+def test_matrix_form_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="convention"):
+        draw_matrix_form("rows")
+    with pytest.raises(ValueError, match="keep-mask"):
+        draw_matrix_form(mask=torch.ones(4, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="keep-mask"):
+        draw_matrix_form(mask=torch.ones(4, 6))
+    with pytest.raises(ValueError, match="highlight_query"):
+        draw_matrix_form(highlight_query=4)
+
+
+# masks
+
+
+def test_default_masks_are_causal_padding_and_both():
+    masks = default_masks(5, 3)
+    assert np.array_equal(masks["causal"], np.tril(np.ones((5, 5), dtype=bool)))
+    assert np.array_equal(masks["padding"], np.tile(np.arange(5) < 3, (5, 1)))
+    assert np.array_equal(masks["causal and padding"], masks["causal"] & masks["padding"])
+    with pytest.raises(ValueError, match="length"):
+        default_masks(5, 6)
+
+
+def test_masks_draws_minus_infinity_on_every_blocked_score():
+    fig = drawn(draw_masks, n=5, length=3)
+    blocked = sum(int((~mask).sum()) for mask in default_masks(5, 3).values())
+    assert style.labels_in(fig).count("$-\\infty$") == blocked == hatched(fig)
+    assert {"causal", "padding", "causal and padding"} <= set(style.labels_in(fig))
+    assert len(style.blocks_in(fig)) == 3
+
+
+def test_masks_takes_custom_masks():
+    keep = attnbook.causal_mask(2, 4, align="lower_right")
+    fig = drawn(draw_masks, {"cached decoder": keep}, rules={"cached decoder": "$j \\leq i + 2$"})
+    assert style.labels_in(fig).count("$-\\infty$") == int((~keep).sum())
+    assert "$j \\leq i + 2$" in style.labels_in(fig)
+    with pytest.raises(ValueError, match="boolean"):
+        draw_masks({"float": torch.zeros(2, 2)})
+
+
+# the chapters give every diagram its alt text
+
+
+@pytest.mark.parametrize("chapter", ["00_notation", "01_single_query_attention", "02_masked_attention"])
+def test_chapter_diagrams_have_alt_text_and_a_caption(chapter):
+    jupytext = pytest.importorskip("jupytext")
+    notebook = jupytext.read(BOOK / f"{chapter}.md")
+    cells = [
+        c
+        for c in notebook.cells
+        if c.cell_type == "code" and "diagrams" not in c.source and "draw_" in c.source and "= draw_" in c.source
+    ]
+    assert cells, "every chapter draws at least one diagram"
+    for cell in cells:
+        options = cell.metadata.get("mystnb", {})
+        assert len(options.get("image", {}).get("alt", "")) > 40, cell.source
+        assert options.get("figure", {}).get("caption"), cell.source
+        assert "plt.show()" in cell.source
+
+
+# the plotting helper for masks (attnbook.plotting.mask_heatmap)
+
+
+def test_mask_heatmap_marks_allowed_cells_with_ones():
+    from attnbook import plotting
+
+    keep = attnbook.causal_mask(3)
+    ax = plotting.mask_heatmap(keep, row_labels=["a", "b", "c"], title="causal")
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("1") == 6 and texts.count("0") == 3
+    assert ax.get_xlabel() == "key" and ax.get_ylabel() == "query" and ax.get_title() == "causal"
+    assert len(ax.figure.axes) == 1  # no colour bar

@@ -1,0 +1,68 @@
+"""The diagram of chapter 10 (attnbook.diagrams.induction): the induction circuit.
+
+It is a function returning a Figure with alt text; these tests check that it draws the circuit's
+parts (the tokens A, B, ..., A in order, the two heads, the prediction), that it renders on a
+transparent background behind an opaque panel (light and dark themes), and that the chapter's cell
+repeats its alt text.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
+
+from attnbook.diagrams.induction import TOKENS, draw_induction_circuit  # noqa: E402
+from attnbook.diagrams.style import alt_text, labels_in  # noqa: E402
+
+from ..figures import close_figures, png  # noqa: E402, F401  (close_figures: autouse)
+from ..paths import BOOK  # noqa: E402
+
+CHAPTER = "10_induction_heads.md"
+
+
+def test_the_diagram_is_a_figure_with_alt_text_on_an_opaque_panel():
+    fig = draw_induction_circuit()
+    assert isinstance(fig, Figure)
+    assert len(alt_text(fig)) > 80  # a real description, not a title
+    image = png(fig, transparent=True)
+    assert image.shape[-1] == 4
+    assert image[0, 0, 3] == 0  # the corner is transparent ...
+    h, w = image.shape[:2]
+    assert image[h // 2, w // 2, 3] == 1  # ... around an opaque panel
+    dark = png(fig, facecolor="#111111")
+    assert dark[h // 2, 8, :3].mean() > 0.8  # the panel stays light on a dark page
+
+
+def test_it_draws_the_sequence_the_heads_and_the_prediction():
+    fig = draw_induction_circuit()
+    labels = labels_in(fig)
+    for label in ("layer 0: previous-token head", "layer 1: induction head", "predict B", "OV circuit copies B"):
+        assert label in labels
+    assert any("K-composition" in s for s in labels)
+    boxes = {p.get_gid(): p for p in fig.axes[0].patches if isinstance(p, FancyBboxPatch) and p.get_gid()}
+    tokens = [boxes[f"token:{i}"] for i, (_, _, role, _) in enumerate(TOKENS) if role is not None]
+    xs = [box.get_x() for box in tokens]
+    assert xs == sorted(xs)  # A, B, A from left to right
+    assert [t for t, _, role, _ in TOKENS if role is not None] == ["A", "B", "A"]
+    assert "output" in boxes
+    assert sum(isinstance(p, FancyArrowPatch) for p in fig.axes[0].patches) == 3  # two heads, one output
+
+
+def test_the_chapter_opens_with_the_diagram_and_its_alt_text():
+    jupytext = pytest.importorskip("jupytext")
+    notebook = jupytext.read(BOOK / CHAPTER)
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    cells = [c for c in code if "draw_induction_circuit(" in c.source]
+    assert len(cells) == 1, f"{CHAPTER} should draw its diagram in one cell"
+    cell = cells[0]
+    assert code.index(cell) <= 1, "the diagram opens the chapter: right after the imports"
+    namespace = {"plt": type("NoShow", (), {"show": staticmethod(lambda: None)})}
+    exec(cell.source, namespace)
+    alt = cell.metadata["mystnb"]["image"]["alt"]
+    assert " ".join(alt.split()) == alt_text(namespace["fig"])
+    assert cell.metadata["mystnb"]["figure"]["caption"]

@@ -1,0 +1,614 @@
+"""The built website, opened offline in headless Chromium (Playwright driving Debian's chromium).
+
+For every page of the table of contents: math is typeset by the bundled MathJax, every image
+loads, the previous/next links lead to the neighbouring pages, nothing is fetched from outside
+localhost and the console shows no errors. Each page is loaded once (a load costs seconds of CPU:
+the theme's icons and MathJax) and checked in light and dark mode at phone width (390 x 844) and
+on a desktop screen (1280 x 800), switching width and mode in that load: everywhere nothing is cut
+off without a scroll bar (formulas, theorem boxes, proofs, tables, solutions opened from the
+keyboard), the page does not scroll sideways and axe-core finds no critical or serious
+accessibility violation; at phone width figures open at full size and their smallest text is
+legible, and solutions start folded; in dark mode the background is dark and figures sit on
+white. No caption
+or figure label shows raw TeX. The search page must find a term. Screenshots are saved under
+``_build/screenshots/``.
+
+The site is the one ``make book`` built (``_build/html``), or the one named by the environment
+variable ``ATTNBOOK_SITE`` (screenshots then go beside it); if there is none, a non-strict build
+is made first. Without Chromium or Playwright the test is skipped with a message saying how to get
+them (CI installs both, so there it always runs).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from ..paths import ROOT  # noqa: E402
+
+# the built site to test: ATTNBOOK_SITE=/tmp/jb-me/_build/html points it at a build elsewhere
+SITE = Path(os.environ.get("ATTNBOOK_SITE", ROOT / "_build" / "html")).resolve()
+SHOTS = SITE.parent / "screenshots"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _chromium() -> str | None:
+    for candidate in (
+        os.environ.get("CHROMIUM"),
+        "/usr/bin/chromium",
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+    ):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+def toc_pages() -> list[str]:
+    """Page names (e.g. 'book/00_notation') in reading order, from _toc.yml."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+    for part in toc.get("parts", []):
+        pages += [chapter["file"] for chapter in part["chapters"]]
+    return pages
+
+
+PAGES = toc_pages()
+
+
+def _wait_for_the_chapters(session, timeout: float = 900.0) -> None:
+    """With pytest-xdist (``make test``), chapters run in the other worker too: wait until every
+    chapter of this run has finished (conftest.py marks each), so the build finds their outputs."""
+    if "PYTEST_XDIST_TESTRUNUID" not in os.environ:
+        return  # one process: the chapters (collected first) have run already
+    from chapters import finished_folder  # book/_ext, put on the path by conftest.py
+
+    chapters = {item.nodeid.split("::")[0].split("/")[-1] for item in session.items if item.nodeid.startswith("book/")}
+    folder = finished_folder(ROOT)
+    deadline = time.monotonic() + timeout
+    while not all((folder / name).exists() for name in chapters) and time.monotonic() < deadline:
+        time.sleep(1.0)
+
+
+@pytest.fixture(scope="session")
+def built_site(request) -> Path:
+    """The site, built strictly (``jupyter-book build -W -n --keep-going``: any warning fails).
+
+    Run after the chapters (pytest collects ``book/`` first), the build reuses the outputs nbval
+    stored in its execution cache (conftest.py), so no chapter executes twice. With
+    ``ATTNBOOK_SITE`` set, that site is tested as it is.
+    """
+    if "ATTNBOOK_SITE" in os.environ:
+        if not (SITE / "index.html").exists():
+            pytest.fail(f"ATTNBOOK_SITE={SITE} holds no built site (index.html)")
+        return SITE
+    _wait_for_the_chapters(request.session)
+    build = subprocess.run(
+        [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "-n", "--keep-going", str(ROOT)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if build.returncode != 0:
+        log = build.stdout + build.stderr
+        problems = [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line or "Error" in line]
+        pytest.fail("the strict book build failed:\n" + "\n".join(problems[:40] or log.splitlines()[-40:]))
+    executed = [line for line in build.stdout.splitlines() if "Executing" in line and "Executing notebook" in line]
+    print(f"book built; chapters executed by the build (not found in the cache): {len(executed)}")
+    return SITE
+
+
+def test_book_builds_strictly(built_site):
+    assert (built_site / "index.html").exists()
+
+
+@pytest.fixture(scope="module")
+def site_url(built_site):
+    executable = _chromium()
+    if executable is None:
+        pytest.skip("Chromium is not installed: `apt-get install chromium` (Debian) to run the browser test")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        pytest.skip("Playwright is not installed: `pip install -e '.[test]'`")
+    handler = functools.partial(QuietHandler, directory=str(built_site))
+    server = QuietServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+class QuietServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # the browser hangs up on a response it no longer wants when the test navigates away
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
+@pytest.fixture(scope="module")
+def browser(site_url):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+class PageLog:
+    """Console errors, page errors, failed requests and requests that left localhost."""
+
+    def __init__(self, page, site_url):
+        self.problems: list[str] = []
+        host = urlparse(site_url).netloc
+
+        def route(r):
+            if urlparse(r.request.url).netloc != host and not r.request.url.startswith("data:"):
+                self.problems.append(f"request outside localhost: {r.request.url}")
+                return r.abort()
+            return r.continue_()
+
+        page.route("**/*", route)
+        page.on("console", lambda m: m.type == "error" and self.problems.append(f"console error: {m.text}"))
+        page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
+        # a request cut short because the test navigated away (net::ERR_ABORTED) is not a failure
+        page.on(
+            "requestfailed",
+            lambda r: (
+                "ERR_ABORTED" not in (r.failure or "")
+                and self.problems.append(f"failed request: {r.url} ({r.failure})")
+            ),
+        )
+        page.on("response", lambda r: r.status >= 400 and self.problems.append(f"HTTP {r.status}: {r.url}"))
+
+
+def open_page(browser, site_url, name, query="", **context_options):
+    context = browser.new_context(**context_options)
+    page = context.new_page()
+    log = PageLog(page, site_url)
+    page.goto(f"{site_url}/{name}.html{query}", wait_until="load")
+    has_math = page.evaluate("document.querySelectorAll('.math').length") > 0
+    if has_math:
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.math')].every(e => e.querySelector('mjx-container'))",
+            timeout=30_000,
+        )
+    page.wait_for_function("() => [...document.images].every(i => i.complete)", timeout=30_000)
+    if page.evaluate("!!document.querySelector('script[src*=\"attnbook.js\"]')"):  # figures sized (book/_static)
+        page.wait_for_function("() => document.documentElement.dataset.attnFigures === 'ready'", timeout=30_000)
+    return context, page, log, has_math
+
+
+def check_page(page, log, name: str, has_math: bool) -> None:
+    """What every page must show, at any width: typeset math and no raw TeX, images that loaded,
+    a figure with alt text in each chapter, previous/next links to its neighbours in the table of
+    contents that load, nothing fetched from outside localhost and no console error."""
+    index = PAGES.index(name)
+    text = page.evaluate("document.querySelector('main').innerText")
+    assert "$$" not in text and "\\begin{" not in text, f"{name}: raw TeX left on the page"
+    if has_math:
+        assert page.evaluate("document.querySelectorAll('mjx-container').length") > 0
+    broken = page.evaluate("[...document.images].filter(i => !(i.naturalWidth > 0)).map(i => i.src)")
+    assert broken == [], f"{name}: images that did not load: {broken}"
+    if name in CHAPTERS:  # a chapter has figures, each with alt text
+        assert page.evaluate("document.querySelectorAll('main img').length") > 0, f"{name}: no figure"
+        assert page.evaluate("[...document.querySelectorAll('main img')].every(i => i.alt.length > 0)"), (
+            f"{name}: a figure without alt text"
+        )
+    links = page.evaluate(
+        "Object.fromEntries([...document.querySelectorAll('a.left-prev, a.right-next')]"
+        ".map(a => [a.classList.contains('left-prev') ? 'prev' : 'next', a.href]))"
+    )
+    if index + 1 < len(PAGES):
+        assert links.get("next", "").endswith(f"/{PAGES[index + 1]}.html"), (name, links)
+    if index > 0:
+        assert links.get("prev", "").endswith(f"/{PAGES[index - 1]}.html"), (name, links)
+    for href in links.values():  # each leads to a page the server has (that page is opened by its own test)
+        assert page.request.get(href).status == 200, f"{name}: {href} does not load"
+    assert log.problems == [], f"{name}: {log.problems}"
+
+
+CHAPTERS = [p for p in PAGES if Path(p).name[:1].isdigit()]
+
+#: the two screens every page is checked on (CSS pixels)
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 800}
+#: the smallest figure text a phone may show, in CSS pixels
+SMALLEST_FIGURE_TEXT = 9.0
+
+#: Everything inside the page's content that is cut off: an element whose content reaches past its
+#: box while the box clips it (computed overflow-x hidden or clip), or an element reaching past the
+#: right edge of the window that no scrolling box holds. MathJax's copy of each formula for screen
+#: readers (mjx-assistive-mml) is clipped out of sight on purpose and does not count. Only the
+#: outermost offender is listed.
+CLIPPED_JS = """() => {
+  const width = document.documentElement.clientWidth;
+  const HIDDEN = 'mjx-assistive-mml, .visually-hidden, .sr-only';
+  const shown = (el) => {
+    if (el.closest(HIDDEN)) return false;
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) return false;
+    const s = getComputedStyle(el);
+    return s.visibility !== 'hidden' && s.display !== 'none';
+  };
+  const describe = (el) => {
+    const tag = el.tagName.toLowerCase() + [...el.classList].slice(0, 3).map(c => '.' + c).join('');
+    const box = el.closest('[id]');
+    const text = (el.innerText || el.textContent || '').replace(/\\s+/g, ' ').trim().slice(0, 80);
+    return `${tag} in #${box ? box.id : '?'}: "${text}"`;
+  };
+  const scrolls = (el) => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+  const found = [], reported = new Set();
+  for (const el of document.querySelectorAll('.bd-main *')) {
+    let a = el.parentElement, inReported = false;
+    for (; a; a = a.parentElement) if (reported.has(a)) { inReported = true; break; }
+    if (inReported || !shown(el)) continue;
+    const style = getComputedStyle(el), rect = el.getBoundingClientRect();
+    if (['hidden', 'clip'].includes(style.overflowX) && el.scrollWidth > el.clientWidth + 1) {
+      const edge = rect.left + el.clientLeft + el.clientWidth;
+      let reach = 0;
+      for (const d of el.querySelectorAll('*')) if (shown(d)) reach = Math.max(reach, d.getBoundingClientRect().right - edge);
+      if (reach > 1) { found.push(`cut off by ${Math.round(reach)}px: ${describe(el)}`); reported.add(el); continue; }
+    }
+    if (rect.right > width + 1) {
+      let held = false;
+      for (a = el.parentElement; a && a !== document.body; a = a.parentElement) if (scrolls(a)) { held = true; break; }
+      if (!held) { found.push(`past the right edge by ${Math.round(rect.right - width)}px: ${describe(el)}`); reported.add(el); }
+    }
+  }
+  return found;
+}"""
+
+#: axe-core's moderate findings that stay, and why (anything else moderate, serious or critical fails)
+KNOWN_MODERATE: dict[str, str] = {}
+
+
+def _axe(page, context="document", **options) -> list[dict]:
+    """axe-core's violations on the page as it is now (axe is injected once per page load)."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        try:
+            from axe_playwright_python.sync_playwright import Axe
+        except ImportError:
+            pytest.fail("axe-playwright-python is not installed: `pip install -e '.[test]'`")
+        page.evaluate(Axe().axe_script)
+    options = {"resultTypes": ["violations"], **options}
+    return page.evaluate(
+        f"axe.run({context}, {json.dumps(options)}).then(r => r.violations.map(v => ({{id: v.id, impact: v.impact,"
+        " help: v.help, nodes: v.nodes.map(n => n.target.join(' ') + ': ' + (n.failureSummary || '')"
+        ".replace(/\\s+/g, ' ').slice(0, 300))})))"
+    )
+
+
+#: the page on which the colours of what lies outside the article (sidebars, header) are checked: they
+#: are the same elements in the same styles on every page
+SIDEBARS_CHECKED_ON = "book/09_modern_attention"
+#: the rules about colour (see accessibility_problems)
+COLOUR_RULES = ["color-contrast", "link-in-text-block"]
+
+#: one highlighted code token of each look (colour, background, size, weight) in the article, and the
+#: code blocks that hold none of them (window.attnCodeLeftOut)
+CODE_SAMPLES_JS = """() => {
+  const backgrounds = new Map(), samples = new Map();
+  const background = (el) => {
+    for (let a = el; a; a = a.parentElement) {
+      const colour = getComputedStyle(a).backgroundColor;
+      if (colour !== 'rgba(0, 0, 0, 0)') return colour;
+    }
+    return '';
+  };
+  for (const el of document.querySelectorAll('.bd-article .highlight pre span')) {
+    if (el.children.length || !el.textContent.trim()) continue;
+    const pre = el.closest('pre');
+    if (!backgrounds.has(pre)) backgrounds.set(pre, background(pre));
+    const s = getComputedStyle(el);
+    const look = [s.color, s.backgroundColor, backgrounds.get(pre), s.fontSize, s.fontWeight].join('|');
+    if (!samples.has(look)) samples.set(look, el);
+  }
+  const kept = [...samples.values()];
+  // the code blocks that hold none of them are left out of the colour rules
+  window.attnCodeLeftOut = [...document.querySelectorAll('.bd-article div.highlight')].filter(
+    (block) => !kept.some((sample) => block.contains(sample)));
+  return window.attnCodeLeftOut.length;
+}"""
+
+
+def accessibility_problems(page, log, label: str, screen: str, theme: str) -> list[str]:
+    """axe-core on the page: no critical, serious or unexplained moderate violation.
+
+    Every rule runs on every page at both widths in both themes, with two savings (colour contrast
+    is nearly all of axe's time, and highlighted code nearly all of that):
+
+    - the rules about anything but colour run in light mode only: the two themes differ in
+      colours only (the theme's ``html[data-theme]`` variables), not in what the page holds;
+    - the colour rules check the article at phone width (its colours are the same at 1280 px) and,
+      at desktop width, on one page, what lies outside it (sidebars and header, which a phone does
+      not show, the same elements in the same styles on every page: SIDEBARS_CHECKED_ON);
+      in the article's highlighted code they check the code blocks that hold one token of each
+      look (colour, background, size, weight): every other token of that look has the same contrast.
+    """
+    before = len(log.problems)
+    violations = []
+    if theme == "light":
+        violations += _axe(page, rules={rule: {"enabled": False} for rule in COLOUR_RULES})
+    if screen == "phone":
+        page.evaluate(CODE_SAMPLES_JS)
+        violations += _axe(page, "{include: [document], exclude: window.attnCodeLeftOut}", runOnly=COLOUR_RULES)
+    elif label.startswith(SIDEBARS_CHECKED_ON):
+        violations += _axe(page, "{exclude: [['.bd-article']]}", runOnly=COLOUR_RULES)
+    # axe re-reads the stylesheets and resolves the theme's `@import "../basic.css"` against the page
+    # instead of the stylesheet: the missing /basic.css it asks for is axe's, not the site's
+    log.problems[before:] = [
+        p for p in log.problems[before:] if not re.search(r"\.css$|the server responded with a status of 404", p)
+    ]
+    problems = []
+    for v in violations:
+        if v["impact"] in ("critical", "serious") or (v["impact"] == "moderate" and v["id"] not in KNOWN_MODERATE):
+            problems.append(f"{label}: axe {v['impact']} {v['id']} ({v['help']}): {v['nodes'][:3]}")
+    return problems
+
+
+@functools.cache
+def _figure_record(path: Path) -> dict:
+    """The text chunks a chapter's figure carries (attnbook.plotting.record_figure_text)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return dict(getattr(image, "text", {}))
+
+
+def figure_problems(page, label: str) -> list[str]:
+    """Every figure opens at full size (a link to its image) and, as shown, its smallest text is at
+    least SMALLEST_FIGURE_TEXT CSS pixels: the size recorded in the PNG (pixels of the PNG) times
+    the figure's displayed width over its natural width."""
+    figures = page.evaluate(
+        "[...document.querySelectorAll('main figure img, main .cell_output img')].map(i => ({src: i.currentSrc || i.src,"
+        " shown: i.getBoundingClientRect().width, natural: i.naturalWidth, link: i.closest('a')?.href || '',"
+        " alt: i.alt.slice(0, 50)}))"
+    )
+    problems = []
+    for figure in figures:
+        name = f"{label}: figure '{figure['alt']}'"
+        if figure["link"] != figure["src"]:
+            problems.append(f"{name} does not open at full size (no link to its image)")
+        path = SITE / urlparse(figure["src"]).path.lstrip("/")
+        if path.suffix.lower() != ".png" or not path.exists():
+            continue
+        record = _figure_record(path)
+        if "attnbook:texts" not in record:
+            problems.append(f"{name}: {path.name} records no text (drawn without attnbook.plotting.use_style?)")
+        elif "attnbook:min-text-px" in record:
+            smallest = float(record["attnbook:min-text-px"]) * figure["shown"] / figure["natural"]
+            if smallest < SMALLEST_FIGURE_TEXT:
+                problems.append(
+                    f"{name}: its smallest text is {smallest:.1f} CSS px ({figure['natural']} px image shown"
+                    f" {figure['shown']:.0f} px wide)"
+                )
+    return problems
+
+
+def open_folded_content_with_the_keyboard(page, label: str) -> list[str]:
+    """Every folded solution (sphinx-togglebutton), <details> block and tab opens from the keyboard:
+    focus its control, press Enter (a tab: the arrow key)."""
+    problems = []
+    buttons = page.locator("main button.toggle-button")
+    for i in range(buttons.count()):
+        button = buttons.nth(i)
+        target = button.get_attribute("data-target")
+        button.focus()
+        page.keyboard.press("Enter")
+        if page.evaluate("t => document.getElementById(t).classList.contains('toggle-hidden')", target):
+            problems.append(f"{label}: folded #{target} does not open with the keyboard")
+    summaries = page.locator("main details:not([open]) > summary")
+    for i in reversed(range(summaries.count())):  # the locator shrinks as they open
+        summary = summaries.nth(i)
+        summary.focus()
+        page.keyboard.press("Enter")
+    closed = page.evaluate("document.querySelectorAll('main details:not([open])').length")
+    if closed:
+        problems.append(f"{label}: {closed} <details> blocks do not open with the keyboard")
+    tab_sets = page.locator("main .sd-tab-set")
+    for i in range(tab_sets.count()):
+        inputs = tab_sets.nth(i).locator(":scope > input")
+        if inputs.count() > 1:
+            inputs.first.focus()
+            page.keyboard.press("ArrowRight")
+            if not inputs.nth(1).is_checked():
+                problems.append(f"{label}: tab set {i} does not switch tabs with the keyboard")
+    return problems
+
+
+def check_dark_theme(page, name: str) -> None:
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    channels = [int(c) for c in background[background.index("(") + 1 : background.index(")")].split(",")[:3]]
+    assert sum(channels) < 3 * 80, f"{name}: dark mode background is {background}"
+    # figures (white matplotlib PNGs) sit on white, not on the theme's grey (book/_static/attnbook.css)
+    colours = page.evaluate(
+        "[...document.querySelectorAll('main figure img, main .cell_output img')].map(i => getComputedStyle(i).backgroundColor)"
+    )
+    assert all(colour == "rgb(255, 255, 255)" for colour in colours), f"{name}: {colours}"
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_page_in_the_browser(browser, site_url, name):
+    """Each page, loaded once: in light mode at phone width, widened to a desktop screen, switched
+    to dark mode (the reader's system preference changes; the theme follows it without a reload),
+    and narrowed to phone width again.
+
+    On all four: nothing is cut off (CLIPPED_JS; the folded solutions opened, from the keyboard),
+    axe-core finds no critical or serious violation, the checks of check_page hold and the page
+    does not scroll sideways. At phone width: figures are legible and open at full size, solutions
+    start folded. In dark mode the background is dark and figures sit on white. Screenshots:
+    phone light and dark, desktop light, and the first figure in dark mode. All problems are
+    listed together."""
+    context, page, log, has_math = open_page(browser, site_url, name, viewport=PHONE, color_scheme="light")
+    shot = SHOTS / name.replace("/", "_")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    problems: list[str] = []
+    try:
+        check_page(page, log, name, has_math)
+        assert page.evaluate(
+            "[...document.querySelectorAll('main .solution')].every(s => s.classList.contains('toggle-hidden'))"
+        ), f"{name}: a solution of an exercise is shown unfolded"
+        page.screenshot(path=f"{shot}-phone-light.png")
+        problems += figure_problems(page, f"{name} (phone)")
+        problems += open_folded_content_with_the_keyboard(page, name)
+        for theme, screen in (("light", "phone"), ("light", "desktop"), ("dark", "desktop"), ("dark", "phone")):
+            label = f"{name} ({screen}, {theme})"
+            if page.viewport_size != (PHONE if screen == "phone" else DESKTOP):
+                page.set_viewport_size(PHONE if screen == "phone" else DESKTOP)
+                page.wait_for_timeout(400)  # the theme and book/_static/attnbook.js lay out again
+            if theme == "dark" and page.evaluate("document.documentElement.dataset.theme") != "dark":
+                page.emulate_media(color_scheme="dark")
+                page.wait_for_function("() => document.documentElement.dataset.theme === 'dark'", timeout=10_000)
+                # the theme fades some colours over (CSS transitions): measure them once they have ended
+                page.wait_for_function(
+                    "() => document.getAnimations().every(a => a.playState !== 'running')", timeout=10_000
+                )
+                check_dark_theme(page, name)
+            overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            if overflow > 1:
+                problems.append(f"{label}: the page is {overflow}px wider than the screen")
+            if (theme, screen) == ("light", "desktop"):
+                page.screenshot(path=f"{shot}-desktop-light.png")
+            problems += [f"{label}: {p}" for p in page.evaluate(CLIPPED_JS)]
+            problems += accessibility_problems(page, log, label, screen, theme)
+        page.evaluate("window.scrollTo(0, 0)")
+        page.screenshot(path=f"{shot}-phone-dark.png")
+        figures = page.locator("main figure img, main .cell_output img")
+        if figures.count():  # and one screenshot showing the first figure
+            figures.first.scroll_into_view_if_needed()
+            page.screenshot(path=f"{shot}-phone-dark-figure.png")
+        assert log.problems == [], f"{name}: {log.problems}"
+        assert problems == [], "\n".join(problems)
+    finally:
+        context.close()
+
+
+#: TeX left as text: a brace subscript or superscript, a backslash command, or a one-letter name
+#: with a subscript (d_k, M_t, d_model), anywhere outside math ($...$ in a figure, MathJax on a page)
+RAW_TEX = re.compile(r"_\{|\^\{|\\[A-Za-z]+|(?<![\w$\\])[A-Za-z]_[A-Za-z0-9]+\b")
+
+
+def _outside_math(text: str) -> str:
+    """``text`` without its matplotlib mathtext ($...$, unescaped dollars)."""
+    return re.sub(r"(?<!\\)\$.*?(?<!\\)\$", " ", text)
+
+
+def test_captions_and_figure_text_show_no_raw_tex(built_site):
+    """Captions are MyST math and figure labels matplotlib mathtext: no caption of a chapter and no
+    string a chapter's figure shows (titles, axis labels, legends, ticks, annotations: recorded in
+    each PNG by attnbook.plotting.record_figure_text) holds TeX as raw text."""
+    import html as html_module
+
+    problems = []
+    for name in CHAPTERS:
+        page = (built_site / f"{name}.html").read_text()
+        main = page[page.index("<main") : page.index("</main>")]
+        for caption in re.findall(r"<figcaption>(.*?)</figcaption>", main, re.S):
+            text = re.sub(r'<span class="math[^"]*">.*?</span>', " ", caption, flags=re.S)  # MathJax renders it
+            text = re.sub(r"<code[^>]*>.*?</code>", " ", text, flags=re.S)
+            text = html_module.unescape(re.sub(r"<[^>]+>", "", text))
+            if found := RAW_TEX.findall(text):
+                problems.append(f"{name}: caption shows raw TeX {found}: {' '.join(text.split())[:120]}")
+        for source in re.findall(r'<img[^>]*src="([^"]*_images/[^"]+\.png)"', main):  # the chapters' figures
+            path = (built_site / name).parent / source
+            record = _figure_record(path.resolve())
+            if "attnbook:texts" not in record:
+                problems.append(
+                    f"{name}: figure {path.name} records no text (drawn without attnbook.plotting.use_style?)"
+                )
+                continue
+            for string in json.loads(record["attnbook:texts"]):
+                if found := RAW_TEX.findall(_outside_math(string)):
+                    problems.append(f"{name}: figure {path.name} shows raw TeX {found} in {string!r}")
+    assert problems == [], "\n".join(problems)
+
+
+def test_search_finds_a_term(browser, site_url):
+    context, page, log, _ = open_page(browser, site_url, "search", query="?q=softmax")
+    try:
+        # results are appended one by one; the summary line appears when the search has finished
+        page.wait_for_function(
+            "() => /found/.test(document.querySelector('#search-results')?.innerText || '')", timeout=30_000
+        )
+        results = page.evaluate("[...document.querySelectorAll('#search-results li a')].map(a => a.href)")
+        assert any("01_single_query_attention" in r for r in results), results
+        assert log.problems == [], log.problems
+    finally:
+        context.close()
+
+
+def test_chapters_offer_a_notebook_download(built_site):
+    assert CHAPTERS, "no chapter in _toc.yml"
+    for name in CHAPTERS:
+        assert "kernelspec:" in (ROOT / f"{name}.md").read_text()[:600], f"{name}.md is not a MyST notebook"
+        notebook = built_site / "_sources" / f"{name}.ipynb"
+        assert notebook.exists(), f"no .ipynb download for {name}"
+        cells = json.loads(notebook.read_text())["cells"]
+        assert any(c["cell_type"] == "code" for c in cells), f"{notebook} has no code cell"
+        assert all(not c.get("outputs") for c in cells if c["cell_type"] == "code"), f"{notebook} holds outputs"
+        # the first cell installs the course package where it is missing (Colab), and nothing else
+        first = cells[0]
+        assert "attnbook-install" in first["metadata"].get("tags", []), f"{notebook}: no install cell first"
+        assert "%pip install" in "".join(first["source"]) and 'find_spec("attnbook")' in "".join(first["source"])
+        html = (built_site / f"{name}.html").read_text()
+        assert f"{Path(name).name}.ipynb" in html, f"{name}.html has no .ipynb download link"
+        # Colab opens the published notebook (a .ipynb on the gh-pages branch), never the .md source
+        colab = re.findall(r'href="(https://colab\.research\.google\.com/[^"]+)"', html)
+        assert colab and all(url.endswith(f"/_sources/{name}.ipynb") and "/blob/gh-pages/" in url for url in colab), (
+            f"{name}: Colab links {colab}"
+        )
+
+
+@pytest.mark.parametrize("name", CHAPTERS)
+def test_chapter_links_reference_pages_and_has_exercises(built_site, name):
+    """Every chapter links the notation page and the glossary, links at least one glossary term,
+    and ends with exercises whose solutions are folded dropdowns."""
+    html = (built_site / f"{name}.html").read_text()
+    main = html[html.index("<main") : html.index("</main>")]
+    assert 'href="notation.html' in main, f"{name}: no link to the notation page"
+    assert 'href="glossary.html"' in main or 'href="glossary.html#' in main, f"{name}: no link to the glossary"
+    assert re.search(r'href="glossary\.html#term-[^"]+"', main), f"{name}: no glossary term is linked"
+    # nothing a reader should not see: warnings or log lines on stderr (e.g. matplotlib's font cache)
+    assert 'class="output stderr' not in main, f"{name}: a cell printed to stderr"
+    exercises = len(re.findall(r'<div class="exercise admonition"', main))
+    solutions = len(re.findall(r'<div class="solution[^"]*dropdown', main))
+    assert exercises >= 2, f"{name}: {exercises} exercises (expected at least 2)"
+    assert solutions == exercises, f"{name}: {exercises} exercises but {solutions} folded solutions"
+
+
+def test_permutation_chapter_states_theorems_with_proofs(built_site):
+    main = (built_site / "book" / "06_permutation_properties.html").read_text()
+    theorems = len(re.findall(r'<div class="proof (?:theorem|corollary) admonition"', main))
+    proofs = len(re.findall(r'<div class="proof admonition"', main))
+    assert theorems >= 5 and proofs >= theorems, (theorems, proofs)
