@@ -21,6 +21,7 @@ them (CI installs both, so there it always runs).
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import http.server
 import json
@@ -96,14 +97,37 @@ def built_site(request) -> Path:
     """The site, built strictly (``jupyter-book build -W -n --keep-going``: any warning fails).
 
     Run after the chapters (pytest collects ``book/`` first), the build reuses the outputs nbval
-    stored in its execution cache (conftest.py), so no chapter executes twice. With
-    ``ATTNBOOK_SITE`` set, that site is tested as it is.
+    stored in its execution cache (conftest.py), so no chapter executes twice. With pytest-xdist
+    the pages are checked in two files (this one and ``test_pages_beyond.py``) that the two workers
+    take in parallel: the first worker to need the site builds it, the other waits for that build
+    and reads its outcome (``_build/.site-built-<run id>``). With ``ATTNBOOK_SITE`` set, that site
+    is tested as it is.
     """
     if "ATTNBOOK_SITE" in os.environ:
         if not (SITE / "index.html").exists():
             pytest.fail(f"ATTNBOOK_SITE={SITE} holds no built site (index.html)")
         return SITE
     _wait_for_the_chapters(request.session)
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    (ROOT / "_build").mkdir(exist_ok=True)
+    with open(ROOT / "_build" / ".site-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        outcome = ROOT / "_build" / f".site-built-{run}" if run else None
+        if outcome is not None and outcome.exists():
+            failure = outcome.read_text(encoding="utf-8")
+        else:
+            failure = _build_strictly()
+            if outcome is not None:
+                for old in (ROOT / "_build").glob(".site-built-*"):
+                    old.unlink()
+                outcome.write_text(failure, encoding="utf-8")
+    if failure:
+        pytest.fail(failure)
+    return SITE
+
+
+def _build_strictly() -> str:
+    """Build the site strictly; '' when it built, else the build's warnings and errors."""
     build = subprocess.run(
         [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "-n", "--keep-going", str(ROOT)],
         cwd=ROOT,
@@ -113,10 +137,10 @@ def built_site(request) -> Path:
     if build.returncode != 0:
         log = build.stdout + build.stderr
         problems = [line for line in log.splitlines() if "WARNING" in line or "ERROR" in line or "Error" in line]
-        pytest.fail("the strict book build failed:\n" + "\n".join(problems[:40] or log.splitlines()[-40:]))
+        return "the strict book build failed:\n" + "\n".join(problems[:40] or log.splitlines()[-40:])
     executed = [line for line in build.stdout.splitlines() if "Executing" in line and "Executing notebook" in line]
     print(f"book built; chapters executed by the build (not found in the cache): {len(executed)}")
-    return SITE
+    return ""
 
 
 def test_book_builds_strictly(built_site):
@@ -458,8 +482,18 @@ def check_dark_theme(page, name: str) -> None:
     assert all(colour == "rgb(255, 255, 255)" for colour in colours), f"{name}: {colours}"
 
 
-@pytest.mark.parametrize("name", PAGES)
+#: the pages before the chapters beyond the seeds: this file checks them, test_pages_beyond.py the rest
+#: (two files, so that make test's two workers check the two halves at the same time)
+FIRST_HALF = PAGES[: PAGES.index("book/07_attention_at_work")]
+SECOND_HALF = PAGES[len(FIRST_HALF) :]
+
+
+@pytest.mark.parametrize("name", FIRST_HALF)
 def test_page_in_the_browser(browser, site_url, name):
+    check_page_in_the_browser(browser, site_url, name)
+
+
+def check_page_in_the_browser(browser, site_url, name):
     """Each page, loaded once: in light mode at phone width, widened to a desktop screen, switched
     to dark mode (the reader's system preference changes; the theme follows it without a reload),
     and narrowed to phone width again.
