@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	$(BIN)/python -c "import matplotlib.pyplot"  # builds matplotlib's font cache now, not in a chapter's output
 	mkdir -p $(VENV)/share/jupyter/lab/settings
-	cp book/_static/jupyterlab-overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
+	cp src/jupyterlab_settings/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	touch $@
 
 book: setup  ## build the website into _build/html (strict: any warning fails)

@@ -126,6 +126,11 @@ def test_release_layout(released, homeworks):
     in_wheel = {n.split("!", 1)[1] for n in names if n.startswith(f"packages/{wheels[0].name}!")}
     # the student's install has the package and the checks the public tests import
     assert {"attnbook/__init__.py", "attngrade/checks.py"} <= in_wheel
+    # and JupyterLab's course settings (chapters open as notebooks; no news pop-up) for its environment
+    name, version = wheels[0].name.split("-")[:2]
+    settings = f"{name}-{version}.data/data/share/jupyter/lab/settings/overrides.json"
+    assert settings in in_wheel, sorted(n for n in in_wheel if ".data/" in n)
+    assert "jupyterlab_settings/overrides.json" not in in_wheel, "the settings folder was shipped as a package"
     assert not any("exercises" in n.split("!")[-1].split("/") for n in names), "exercises/ was shipped"
     assert not any(n.startswith(("tests/", "source/tests/")) for n in names), "tests/ was shipped"
     readme = (released / "README.md").read_text(encoding="utf-8")

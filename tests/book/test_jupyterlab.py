@@ -1,7 +1,7 @@
 """A chapter opened in JupyterLab renders as on the website (jupyterlab-myst), in headless Chromium.
 
 ``make setup`` installs ``jupyterlab-myst`` and the course's JupyterLab settings
-(``book/_static/jupyterlab-overrides.json``: chapters open as notebooks through jupytext, no
+(``src/jupyterlab_settings/overrides.json``, which the package installs: chapters open as notebooks through jupytext, no
 "Jupyter news" pop-up). This test starts JupyterLab on ``book/``, opens the permutation chapter and
 checks that its theorems and proofs render as MyST blocks, not as raw directive text, that its
 exercise solutions are folded, and that no notification pops up. A screenshot is saved as
@@ -37,7 +37,7 @@ def _free_port() -> int:
 def test_course_settings_are_installed():
     """The settings JupyterLab reads (sys.prefix/share/jupyter/lab/settings) are the course's."""
     installed = Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
-    ours = json.loads((ROOT / "book" / "_static" / "jupyterlab-overrides.json").read_text())
+    ours = json.loads((ROOT / "src" / "jupyterlab_settings" / "overrides.json").read_text())
     assert installed.exists(), f"{installed} is missing: run `make setup`"
     assert json.loads(installed.read_text()) == ours
     assert ours["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"

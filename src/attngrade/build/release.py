@@ -52,6 +52,7 @@ SOURCE_ENTRIES = [
     "book",
     "src/attnbook",
     "src/attngrade",
+    "src/jupyterlab_settings",
     "binder",
     "_config.yml",
     "_toc.yml",
@@ -434,8 +435,8 @@ def build_packages(root: Path, target: Path, work: Path) -> list[str]:
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         if (root / name).exists():
             shutil.copy2(root / name, stage / name)
-    for pkg in ("attnbook", "attngrade"):
-        shutil.copytree(root / "src" / pkg, stage / "src" / pkg, ignore=_IGNORE)
+    for folder in ("attnbook", "attngrade", "jupyterlab_settings"):  # the last: JupyterLab's settings (data-files)
+        shutil.copytree(root / "src" / folder, stage / "src" / folder, ignore=_IGNORE)
     target.mkdir(parents=True)
     proc = subprocess.run(
         [sys.executable, "-c", _BUILD_PACKAGES, str(target)], cwd=stage, capture_output=True, text=True
