@@ -102,24 +102,17 @@ def grade(argv: list[str]) -> int:
     """Grade a class (see the module's documentation)."""
     args = build_parser().parse_args(argv)
     from .grading.grader import Grader
-    from .grading.notebook import find_submissions, ignored_entries, submission_name
+    from .grading.notebook import find_submissions, ignored_entries
     from .grading.report import write_reports
     from .grading.sandbox import SandboxUnavailable
 
     try:
         hw = load_homework(args.homework)
-        paths = find_submissions(args.submissions)
+        paths = find_submissions(args.submissions, only=args.only)
         ignored = ignored_entries(args.submissions)
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         print(f"attnbook-grade: {exc}", file=sys.stderr)
         return 2
-    if args.only:
-        wanted = set(args.only)
-        paths = [p for p in paths if submission_name(p) in wanted]
-        missing = wanted - {submission_name(p) for p in paths}
-        if missing:
-            print(f"attnbook-grade: no submission named {sorted(missing)} in {args.submissions}", file=sys.stderr)
-            return 2
     if not paths:
         print(f"attnbook-grade: no .ipynb or .zip submissions in {args.submissions}", file=sys.stderr)
         return 2

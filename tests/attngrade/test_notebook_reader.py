@@ -24,9 +24,8 @@ from attngrade.grading.notebook import (
     find_submissions,
     read_cells,
     read_submission,
-    safe_filename,
-    unique_filenames,
 )
+from attngrade.grading.report import MAX_FILENAME_BYTES, safe_filename, unique_filenames
 
 CODE = ["import torch\n", "def f(x):\n", "    return x + 1\n"]
 
@@ -632,6 +631,10 @@ def test_find_submissions(tmp_path):
     dave = read_submission(tmp_path / "dave")
     assert (dave.name, dave.path, dave.cells) == ("dave", tmp_path / "dave" / "hw02.ipynb", GOOD_CELLS)
     refused(tmp_path / "erin", "erin", "exactly one", "hw02.ipynb", "hw02.zip")
+    # --only: the finder selects the students named, and names one it cannot find
+    assert [p.name for p in find_submissions(tmp_path, only=["dave", "alice"])] == ["alice.ipynb", "dave"]
+    with pytest.raises(ValueError, match=r"no submission named \['frank'\]"):
+        find_submissions(tmp_path, only=["alice", "frank"])
 
 
 def test_one_zip_per_student_all_holding_the_same_notebook(tmp_path):
@@ -698,7 +701,7 @@ def test_safe_names_are_kept(name):
 )
 def test_unsafe_names_are_made_safe(name):
     out = safe_filename(name)
-    assert out and len(out.encode("utf-8")) <= notebook.MAX_FILENAME_BYTES
+    assert out and len(out.encode("utf-8")) <= MAX_FILENAME_BYTES
     assert not out.startswith((".", " ")) and out not in (".", "..")
     assert not any(c in out for c in "/\\\"'<>:|?*\x00\t\n\u202e")
     assert out.split(".")[0].upper() not in {"CON", "PRN", "AUX", "NUL"}
@@ -723,4 +726,4 @@ def test_unique_filenames():
     assert unique_filenames(list(reversed(names))) == list(reversed(out))  # order does not matter
     long = unique_filenames(["a" * 400, "a" * 400])
     assert long[0] == safe_filename("a" * 400) and long[1].endswith("-2") and long[0] != long[1]
-    assert all(len(o.encode()) <= notebook.MAX_FILENAME_BYTES for o in long + unique_filenames(["é" * 400] * 3))
+    assert all(len(o.encode()) <= MAX_FILENAME_BYTES for o in long + unique_filenames(["é" * 400] * 3))

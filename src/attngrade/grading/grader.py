@@ -29,7 +29,7 @@ from typing import Any
 from ..checks import CheckFailure
 from ..homework import Homework, Question, TestCaseSpec
 from . import static
-from .notebook import SubmissionError, read_submission, submission_name
+from .notebook import Submission, SubmissionError, read_submission, submission_name
 from .results import CaseResult, QuestionResult, SubmissionResult
 from .sandbox import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Session, Worker, find_bwrap
 from .view import build_view, hidden_paths
@@ -126,6 +126,11 @@ def grade_cells(
     return result
 
 
+def _shown_path(sub: Submission) -> str:
+    """The path a gradebook row names: the file that was read, or '' for code given as text."""
+    return str(sub.path) if sub.path is not None else ""
+
+
 def _zero(name: str, path: str, questions: Sequence[Question], note: str, status: str = "ok") -> SubmissionResult:
     res = SubmissionResult(name, path, notes=[note], status=status)
     res.questions = [QuestionResult(q.name, 0.0, q.possible) for q in questions]
@@ -220,8 +225,9 @@ class Grader:
                 if attempt:
                     raise SandboxUnavailable(f"the sandbox did not start, twice: {exc}") from None
 
-    def _grade_one(self, name: str, cells: list[str], path: str, questions: Sequence[Question]) -> SubmissionResult:
+    def _grade_one(self, sub: Submission, questions: Sequence[Question]) -> SubmissionResult:
         """Grade one submission on ``questions``; retry once on a fresh sandbox when the sandbox failed."""
+        name, cells, path = sub.name, sub.cells, _shown_path(sub)
         worker = self._workers.get()
         try:
             first_failure = None
@@ -274,7 +280,7 @@ class Grader:
         (the mutation tests grade each wrong solution on the question it breaks); the others are
         graded on every question.
         """
-        items = [(name, cells, "") for name, cells in submissions]
+        items = [Submission(name, None, cells) for name, cells in submissions]
         known = {q.name for q in self.questions}
         subsets = {}
         for name, wanted in (questions or {}).items():
@@ -287,13 +293,13 @@ class Grader:
 
     def _grade_items(
         self,
-        items: list[tuple[str, list[str], str]],
+        items: list[Submission],
         *,
         progress: bool,
         questions: Mapping[str, Sequence[Question]] | None = None,
     ) -> list[SubmissionResult]:
-        """Grade (name, cells, path) items in parallel, each on ``questions[name]`` if given, else on
-        every question; results in the same order."""
+        """Grade submissions in parallel, each on ``questions[its name]`` if given, else on every
+        question; results in the same order, each starting with its reader's notes."""
         self._ensure_started()
         # starting a sandbox costs seconds (torch, matplotlib, the guard's first use), as much as
         # grading several ordinary submissions: unless told how many, a small batch uses fewer
@@ -302,22 +308,23 @@ class Grader:
             parallel = min(self.jobs, math.ceil(len(items) / SUBMISSIONS_PER_SANDBOX))
         slots = threading.Semaphore(max(1, parallel))
 
-        def one(item: tuple[str, list[str], str]) -> SubmissionResult:
-            name, cells, path = item
-            subset = (questions or {}).get(name, self.questions)
+        def one(sub: Submission) -> SubmissionResult:
+            subset = (questions or {}).get(sub.name, self.questions)
             try:
                 with slots:
-                    return self._grade_one(name, cells, path, subset)
+                    result = self._grade_one(sub, subset)
             except SandboxUnavailable:
                 raise
             except Exception:  # a bug of the grader, not the student's: say so
-                return _zero(
-                    name,
-                    path,
+                result = _zero(
+                    sub.name,
+                    _shown_path(sub),
                     subset,
                     "internal grader error:\n" + traceback.format_exc(limit=5),
                     status="error",
                 )
+            result.notes[:0] = sub.notes
+            return result
 
         bar = None
         if progress:
@@ -342,14 +349,10 @@ class Grader:
         """Grade submitted files. Every file is read into memory before any student code runs; a
         file that cannot be read scores 0 with the reason (that row only)."""
         items, unreadable = [], []
-        reader_notes: dict[str, list[str]] = {}
         for p in paths:
             p = Path(p)
             try:
-                sub = read_submission(p)
-                items.append((sub.name, sub.cells, str(p)))
-                if sub.notes:
-                    reader_notes[sub.name] = list(sub.notes)
+                items.append(read_submission(p))
             except SubmissionError as exc:
                 unreadable.append(
                     _zero(
@@ -360,6 +363,4 @@ class Grader:
                     )
                 )
         graded = self._grade_items(items, progress=progress)
-        for res in graded:
-            res.notes[:0] = reader_notes.get(res.submission, [])
         return sorted(graded + unreadable, key=lambda r: r.submission)

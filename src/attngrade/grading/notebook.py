@@ -47,15 +47,14 @@ place, so cell numbers in the feedback match the notebook's code cells.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
 import re
 import stat
-import unicodedata
 import zipfile
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,8 +74,6 @@ MAX_CELLS = 20_000
 """The most cells a notebook may have."""
 MAX_NOTES = 10
 """Notes about odd cells kept per submission (the rest are counted)."""
-MAX_FILENAME_BYTES = 150
-"""The longest name (in UTF-8 bytes) :func:`safe_filename` returns."""
 
 SUFFIXES = (".ipynb", ".zip")
 _CHUNK = 2**20
@@ -99,8 +96,9 @@ class SubmissionError(ValueError):
 class Submission:
     name: str
     """The student's name: the file's name without ``.ipynb``/``.zip``, or the student's folder."""
-    path: Path
-    """The file that was read (inside the student's folder, if there is one)."""
+    path: Path | None
+    """The file that was read (inside the student's folder, if there is one); None for code
+    given as text (``Grader.grade_sources``)."""
     cells: list[str]
     """The code cells' source, in order."""
     notes: list[str] = field(default_factory=list)
@@ -180,12 +178,13 @@ def _candidates(entries) -> list[os.DirEntry]:
     return out
 
 
-def find_submissions(folder: str | os.PathLike[str]) -> list[Path]:
+def find_submissions(folder: str | os.PathLike[str], only: Iterable[str] | None = None) -> list[Path]:
     """The submissions in ``folder``, sorted: its ``*.ipynb`` and ``*.zip`` files, and its
-    sub-folders that hold one (one folder per student); see the module's documentation.
+    sub-folders that hold one (one folder per student); see the module's documentation. With
+    ``only`` (student names, the command line's ``--only``), just theirs.
 
     Raises :class:`NotADirectoryError` if ``folder`` is not a folder and :class:`ValueError` if two
-    submissions have one student name."""
+    submissions have one student name, or if a name in ``only`` has no submission."""
     folder = Path(folder)
     if not folder.is_dir():
         raise NotADirectoryError(f"{folder} is not a folder of submitted notebooks")
@@ -212,6 +211,12 @@ def find_submissions(folder: str | os.PathLike[str]) -> list[Path]:
     if twice:
         listing = "; ".join(" and ".join(map(_show, ps)) for ps in twice.values())
         raise ValueError(f"{folder}: two submissions for one student: {listing}; keep one submission per student")
+    if only is not None:
+        wanted = set(only)
+        missing = wanted - set(by_name)
+        if missing:
+            raise ValueError(f"no submission named {sorted(missing)} in {folder}")
+        found = [p for p in found if submission_name(p) in wanted]
     return found
 
 
@@ -680,60 +685,3 @@ def read_submission(path: str | os.PathLike[str]) -> Submission:
 def read_cells(path: str | os.PathLike[str]) -> list[str]:
     """The code cells of a submission (see :func:`read_submission`)."""
     return read_submission(path).cells
-
-
-# -- feedback file names ------------------------------------------------------------------------
-
-_KEEP = set(" -_.,+()@")
-_RESERVED = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)), *(f"LPT{i}" for i in range(1, 10))}
-
-
-def _cut(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` UTF-8 bytes, at a character boundary and not between a
-    letter and its combining marks."""
-    data = text.encode("utf-8")
-    if len(data) <= limit:
-        return text
-    cut = data[:limit].decode("utf-8", "ignore")
-    while cut and unicodedata.category(text[len(cut)]).startswith("M"):
-        cut = cut[:-1]
-    return cut
-
-
-def safe_filename(name: str) -> str:
-    """A file name (no extension) for ``name`` that every file system accepts and a person can
-    read: letters of any script, digits, and `` -_.,+()@`` are kept, everything else (path
-    separators, control and bidirectional characters, quotes, ``<>:|?*``) becomes ``_``; at most
-    :data:`MAX_FILENAME_BYTES` UTF-8 bytes. A name that is already safe is returned as is; any
-    other gets ``-`` and 8 hex digits of a hash of the original, so that two names never give the
-    same file name (except by case, see :func:`unique_filenames`)."""
-    text = unicodedata.normalize("NFC", _decoded_name(name))
-    cleaned = "".join(c if unicodedata.category(c)[0] in "LMN" or c in _KEEP else "_" for c in text)
-    while "__" in cleaned:
-        cleaned = cleaned.replace("__", "_")
-    cleaned = cleaned.strip(" ._")
-    if cleaned.split(".")[0].upper().strip() in _RESERVED:
-        cleaned = "_" + cleaned
-    if cleaned and cleaned == name and len(cleaned.encode("utf-8")) <= MAX_FILENAME_BYTES:
-        return cleaned
-    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    base = _cut(cleaned, MAX_FILENAME_BYTES - 9).rstrip(" ._") or "submission"
-    return f"{base}-{digest}"
-
-
-def unique_filenames(names: list[str]) -> list[str]:
-    """Safe file names for ``names`` (in the same order), distinct even on a file system that
-    ignores case or Unicode normalisation: where two collide, the one that sorts later gets
-    ``-2``, ``-3``, ... The result depends only on the set of names, not on their order."""
-    taken: set[str] = set()
-    chosen: dict[int, str] = {}
-    for i in sorted(range(len(names)), key=lambda k: (names[k], k)):
-        base = safe_filename(names[i])
-        candidate, n = base, 1
-        while unicodedata.normalize("NFC", candidate).casefold() in taken:
-            n += 1
-            suffix = f"-{n}"
-            candidate = _cut(base, MAX_FILENAME_BYTES - len(suffix)) + suffix
-        taken.add(unicodedata.normalize("NFC", candidate).casefold())
-        chosen[i] = candidate
-    return [chosen[i] for i in range(len(names))]
