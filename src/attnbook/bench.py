@@ -44,11 +44,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .attention import attention
+from .core.attention import attention
+from .core.masks import causal_mask, keep_to_block
 from .device import default_device
-from .masks import causal_mask, keep_to_block
+from .efficient.tiled_attention import tiled_attention
 from .memory import peak_memory_bytes
-from .tiled_attention import tiled_attention
 
 TARGET_FAST = 1.1  # attention(need_weights=False) / scaled_dot_product_attention
 TARGET_MHA = 1.2  # MultiHeadAttention / nn.MultiheadAttention
@@ -287,7 +287,7 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join([fmt(header), rule, *map(fmt, lines)])
 
 
-def _parse_dtypes(text: str | None, device: torch.device) -> list[torch.dtype]:
+def parse_dtypes(text: str | None, device: torch.device) -> list[torch.dtype]:
     if text is None:
         return [torch.float32, torch.bfloat16, torch.float16] if device.type == "cuda" else [torch.float32]
     out = []
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
 
     device = torch.device(args.device) if args.device else default_device()
-    dtypes = _parse_dtypes(args.dtypes, device)
+    dtypes = parse_dtypes(args.dtypes, device)
     memory = not args.no_memory and device.type in ("cpu", "cuda")
     shapes = QUICK_SHAPES if args.quick else FULL_SHAPES + (CUDA_EXTRA_SHAPES if device.type == "cuda" else [])
     mha_shapes = QUICK_MHA_SHAPES if args.quick else FULL_MHA_SHAPES

@@ -9,7 +9,7 @@ import torch
 from torch.testing import assert_close
 
 from attnbook import attention, causal_mask
-from attnbook.bench import Row, _parse_dtypes, attention_rows, format_table, plain_attention, time_interleaved
+from attnbook.bench import Row, attention_rows, format_table, parse_dtypes, plain_attention, time_interleaved
 
 from ..conftest import tolerances
 
@@ -66,7 +66,7 @@ def test_verdict():
 
 
 def test_dtype_option():
-    assert _parse_dtypes("float32,bfloat16", torch.device("cpu")) == [torch.float32, torch.bfloat16]
-    assert _parse_dtypes(None, torch.device("cpu")) == [torch.float32]
+    assert parse_dtypes("float32,bfloat16", torch.device("cpu")) == [torch.float32, torch.bfloat16]
+    assert parse_dtypes(None, torch.device("cpu")) == [torch.float32]
     with pytest.raises(SystemExit, match="'int64' is not a floating-point torch dtype"):
-        _parse_dtypes("int64", torch.device("cpu"))
+        parse_dtypes("int64", torch.device("cpu"))

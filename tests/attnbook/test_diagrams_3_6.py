@@ -24,7 +24,7 @@ from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 import attnbook  # noqa: E402
 from attnbook.diagrams.encoder_decoder import draw_encoder_decoder  # noqa: E402
 from attnbook.diagrams.heads import draw_multi_head  # noqa: E402
-from attnbook.diagrams.permutation import _reordered, draw_permutation  # noqa: E402
+from attnbook.diagrams.permutation import draw_permutation, reordered  # noqa: E402
 from attnbook.diagrams.rotation import SHIFTED_FROM, draw_rotation  # noqa: E402
 from attnbook.diagrams.style import alt_text, blocks_in, labels_in  # noqa: E402
 
@@ -152,7 +152,7 @@ def test_rotation_rejects_what_it_cannot_draw(kwargs):
 def test_permutation_rows_follow_the_permutation_matrix(order):
     X = torch.arange(len(order), dtype=torch.float64)[:, None] * torch.ones(1, 3, dtype=torch.float64)
     P = attnbook.permutation_matrix(torch.tensor(order), dtype=torch.float64)
-    assert _reordered(order) == order == (P @ X)[:, 0].long().tolist()  # row i of P X is row order[i] of X
+    assert reordered(order) == order == (P @ X)[:, 0].long().tolist()  # row i of P X is row order[i] of X
 
 
 def test_permutation_draws_the_new_orders_and_one_crossing_line_per_row():

@@ -786,7 +786,7 @@ def _batch(root: str):
     uids = []
     with Grader(hw(), jobs=2, limits=LIMITS, hide=[class_folder, out]) as grader:
         results = grader.grade_paths(sorted(class_folder.glob("*.ipynb")))
-        uids = [w.uid for w in grader._all_workers if w.uid is not None]
+        uids = grader.sandbox_uids
     by_name = {r.submission: r for r in results}
     return table, by_name, class_folder, out, uids
 

@@ -32,7 +32,7 @@ def _box(ax, centre: tuple[float, float], label: str, role: str, width: float = 
     text(ax, centre, label, size=9, zorder=3)
 
 
-def _reordered(order: Sequence[int]) -> list[int]:
+def reordered(order: Sequence[int]) -> list[int]:
     """Which original row each row of P_sigma X is: P_sigma @ (0, 1, ..., n-1), by the package."""
     n = len(order)
     P = permutation_matrix(torch.tensor(list(order)), dtype=torch.float64)  # (n, n)
@@ -77,7 +77,7 @@ def draw_permutation(query_order: Sequence[int] = (2, 0, 1), pair_order: Sequenc
     """
     sigma = _check_order("query_order", query_order, 2, 6)
     tau = _check_order("pair_order", pair_order, 2, 7)
-    queries, pairs = _reordered(sigma), _reordered(tau)
+    queries, pairs = reordered(sigma), reordered(tau)
     n, m = len(sigma), len(tau)
     rows = max(n, m)
     height = rows * ROW_STEP + 2.0

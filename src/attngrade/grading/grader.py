@@ -177,6 +177,11 @@ class Grader:
         # that started a sandbox, so a sandbox started by a thread that ends would end with it
         self._pool: ThreadPoolExecutor | None = None
 
+    @property
+    def sandbox_uids(self) -> list[int]:
+        """The user ids the sandboxes started so far run as (to check that nothing of them is left)."""
+        return [w.uid for w in self._all_workers if w.uid is not None]
+
     def __enter__(self) -> Grader:
         return self
 
