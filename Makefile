@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 # Jupyter refuses to start as root unless told it may
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: system setup book test test-quick lint lab clean assignments bench publish release check-seeds
+.PHONY: system setup book test test-quick lint lab clean assignments bench publish release check-seeds check-otter
 
 # Debian/Ubuntu packages: bubblewrap (the grader's sandboxes) and chromium (the browser test).
 # Installed with apt-get as root, or through sudo; skipped when both are already there.
@@ -43,6 +43,9 @@ test-quick: setup  ## the package's own tests only (no chapters, homework, grade
 SEEDS ?= 1 2 3 4 5
 check-seeds: setup  ## run the chapters that train models with other seeds (SEEDS="1 2 3 4 5") and print each claim's worst margin; minutes, not part of make test
 	$(BIN)/python tests/check_seeds.py --seeds $(SEEDS)
+
+check-otter: setup  ## grade every honest habit and each homework's comparing notebook with `otter run` (Gradescope) and the class grader, and report any score that differs; minutes, not part of make test
+	$(BIN)/python -m tests.check_otter
 
 lint: setup  ## ruff: the rules in pyproject.toml, and the formatting
 	$(BIN)/ruff check
