@@ -6,15 +6,21 @@ Example::
 
 writes ``grades/hw01/gradebook.csv`` (submission, one column per question, total, possible, status,
 error), ``grades/hw01/feedback/<submission>.md``, ``summary.md`` and ``histogram.png``, grading
-on all cores (``--jobs``), each submission in a bubblewrap sandbox. ``--only alice bob`` re-grades
-some students and merges them into the existing gradebook. Exit status: 0 when every row was
-graded, 1 when a row has ``status=error`` (the grader failed, not the student), 2 for bad
-arguments or a missing sandbox.
+on all cores (``--jobs``), each submission in a bubblewrap sandbox, and ``tests.json`` (a
+fingerprint of every test case). ``--only alice bob`` re-grades some students and merges them into
+the existing gradebook; ``--compare OLD/gradebook.csv`` writes ``comparison.md`` and
+``comparison.csv`` (every score that moved, lowered ones first, and the tests that changed:
+:mod:`attngrade.grading.compare`); ``--export canvas|moodle|gradescope --roster ROSTER.csv`` writes
+the file that LMS imports (:mod:`attngrade.grading.export`; ``python -m attngrade export`` does the
+same for an existing gradebook). Exit status: 0 when every row was graded, 1 when a row has
+``status=error`` (the grader failed, not the student), 2 for bad arguments, a missing sandbox, or an
+export whose roster and gradebook disagree (the gradebook is written; the export is not).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -26,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="attnbook-grade",
         description="Grade a folder of submitted notebooks for one homework, each in its own bubblewrap sandbox.",
-        epilog="The other commands: python -m attngrade assign | release | bench (each with --help).",
+        epilog="The other commands: python -m attngrade assign | release | bench | export (each with --help).",
     )
     p.add_argument("homework", help="homework name (hw01), its folder, or its master notebook")
     p.add_argument(
@@ -67,6 +73,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"memory a submission may allocate, MiB (default {DEFAULT_LIMITS['memory_mb']})",
     )
+    p.add_argument(
+        "--export",
+        choices=("canvas", "moodle", "gradescope"),
+        default=None,
+        help="also write the gradebook as this LMS's import CSV (needs --roster)",
+    )
+    p.add_argument(
+        "--roster", default=None, help="CSV mapping submission names to LMS IDs: submission,id[,name,email,...]"
+    )
+    p.add_argument(
+        "--missing-as-zero", action="store_true", help="with --export: roster students without a submission get 0"
+    )
+    p.add_argument(
+        "--compare",
+        default=None,
+        metavar="OLD_GRADEBOOK",
+        help="write the change per student and question against this earlier gradebook (comparison.md)",
+    )
     p.add_argument("--no-build", action="store_true", help="fail instead of building a stale homework")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
@@ -82,6 +106,7 @@ COMMANDS = {
     "assign": "attngrade.build.assign",  # every homework's student version and autograder
     "release": "attngrade.build.release",  # the student-facing course
     "bench": "attngrade.build.bench",  # grading speed against otter's
+    "export": "attngrade.grading.export",  # a gradebook as the CSV an LMS imports
 }
 
 
@@ -110,6 +135,8 @@ def grade(argv: list[str]) -> int:
         hw = load_homework(args.homework)
         paths = find_submissions(args.submissions, only=args.only)
         ignored = ignored_entries(args.submissions)
+        roster = _roster(args)  # read now: a bad roster or old gradebook stops before any grading
+        earlier = _earlier(args)
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         print(f"attnbook-grade: {exc}", file=sys.stderr)
         return 2
@@ -164,6 +191,7 @@ def grade(argv: list[str]) -> int:
         f"feedback: {out / 'feedback'}; summary: {paths_written.summary}"
     )
     print(paths_written.summary_text)
+    status = _after_grading(args, hw, grader.questions, out, paths_written.gradebook, roster, earlier)
     if errors:
         print(
             f"attnbook-grade: the grader failed on {len(errors)} submission(s) (status=error in the gradebook; "
@@ -173,6 +201,69 @@ def grade(argv: list[str]) -> int:
         for r in errors[:3]:
             print(f"  {r.submission}: {r.error.splitlines()[0] if r.error else ''}", file=sys.stderr)
         return 1
+    return status
+
+
+def _roster(args):
+    """The roster for ``--export`` (None without it); ValueError for a bad one or a missing --roster."""
+    if args.export is None:
+        if args.roster or args.missing_as_zero:
+            raise ValueError("--roster and --missing-as-zero go with --export FORMAT")
+        return None
+    if not args.roster:
+        raise ValueError(f"--export {args.export} needs --roster FILE (columns submission,id[,name,email,...])")
+    from .grading.export import read_roster
+
+    return read_roster(args.roster)
+
+
+def _earlier(args):
+    """(rows, test fingerprints) of the gradebook named by ``--compare`` (None without it)."""
+    if args.compare is None:
+        return None
+    from .grading.compare import read_fingerprints
+    from .grading.report import read_gradebook
+
+    old = Path(args.compare)
+    if not old.is_file():
+        raise ValueError(f"--compare {old}: no such gradebook file")
+    return read_gradebook(old), read_fingerprints(old)
+
+
+def _after_grading(args, hw, questions, out: Path, gradebook: Path, roster, earlier) -> int:
+    """Record the tests' fingerprints; write the comparison and the LMS export that were asked for.
+    Returns 2 when the export could not be written (the roster and the gradebook disagree)."""
+    from .grading.compare import TESTS_FILE, compare, comparison_csv, comparison_markdown, fingerprint_tests
+    from .grading.report import atomic_write, read_gradebook
+
+    fingerprints = fingerprint_tests(questions)
+    rows = read_gradebook(gradebook)  # the whole class, after an --only merge too
+    if earlier is not None:
+        old_rows, old_tests = earlier
+        cmp = compare(old_rows, rows, [q.name for q in questions], old_tests, fingerprints)
+        atomic_write(out / "comparison.csv", comparison_csv(cmp))
+        atomic_write(out / "comparison.md", comparison_markdown(cmp, Path(args.compare)))
+        lowered = [c for c in cmp.lowered if c.question != "total"]
+        print(
+            f"compared with {args.compare}: {len(lowered)} scores lowered, "
+            f"{len([c for c in cmp.raised if c.question != 'total'])} raised (comparison.md)"
+        )
+        for c in lowered:
+            print(f"  LOWERED {c.submission}, {c.question}: {c.before:g} -> {(c.after or 0):g}")
+    atomic_write(out / TESTS_FILE, json.dumps(fingerprints, indent=1, sort_keys=True))
+    if roster is None:
+        return 0
+    from .grading.export import export
+
+    try:
+        text, zeros = export(rows, roster, args.export, hw.name, missing_as_zero=args.missing_as_zero)
+    except ValueError as exc:
+        print(f"attnbook-grade: the {args.export} export was not written: {exc}", file=sys.stderr)
+        return 2
+    atomic_write(out / f"{args.export}.csv", text)
+    print(f"{args.export} import file: {out / (args.export + '.csv')}")
+    if zeros:
+        print(f"  given 0 (no submission): {', '.join(zeros)}")
     return 0
 
 

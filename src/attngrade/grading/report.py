@@ -104,7 +104,7 @@ class Written:
     summary_text: str
 
 
-def _atomic_write(path: Path, data: str | bytes) -> None:
+def atomic_write(path: Path, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
     with os.fdopen(fd, "wb") as f:
@@ -333,7 +333,7 @@ def write_reports(
     if merge:
         for row in read_gradebook(book):
             rows.setdefault(row["submission"], row)
-    _atomic_write(book, gradebook_csv(list(rows.values()), questions))
+    atomic_write(book, gradebook_csv(list(rows.values()), questions))
     names = sorted(rows)
     files = dict(zip(names, unique_filenames(names)))
     feedback_dir = out / "feedback"
@@ -345,7 +345,7 @@ def write_reports(
     paths = []
     for r in results:
         p = feedback_dir / f"{files[r.submission]}.md"
-        _atomic_write(p, feedback_text(r, homework))
+        atomic_write(p, feedback_text(r, homework))
         paths.append(p)
     # the hidden tests each row failed, kept beside the gradebook so that a re-grade of some
     # students (--only) still summarises the whole class
@@ -355,14 +355,14 @@ def write_reports(
         failed.pop(r.submission, None)
     failed.update(hidden_failures(results))
     failed = {name: failed[name] for name in sorted(failed) if name in rows and rows[name].get("status") != "error"}
-    _atomic_write(record, json.dumps(failed, indent=1, ensure_ascii=False) + "\n")
+    atomic_write(record, json.dumps(failed, indent=1, ensure_ascii=False) + "\n")
     text = summary_text(list(rows.values()), questions, results, homework, hidden_failed=failed, ignored=ignored)
     summary = out / "summary.md"
     png = histogram_png(list(rows.values()), homework)
     histogram = None
     if png is not None:
         histogram = out / "histogram.png"
-        _atomic_write(histogram, png)
+        atomic_write(histogram, png)
         text += "\n![score histogram](histogram.png)\n"
-    _atomic_write(summary, text)
+    atomic_write(summary, text)
     return Written(book, paths, summary, histogram, text)
