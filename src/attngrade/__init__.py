@@ -13,12 +13,15 @@ The package is laid out by stage and trust zone; imports only point down this li
 * :mod:`.grading` — grading a class **on the host**: :mod:`~.grading.notebook` (finding and reading
   submissions), :mod:`~.grading.static` (flags for review), :mod:`~.grading.view` (the sandbox's
   read-only view), :mod:`~.grading.sandbox` (bubblewrap workers), :mod:`~.grading.grader` (running
-  the tests), :mod:`~.grading.report` (gradebook, feedback, summary).
+  the tests), :mod:`~.grading.results` (what a grading run found), :mod:`~.grading.report`
+  (gradebook, feedback, summary), :mod:`~.grading.compare` (a re-grade against an earlier
+  gradebook), :mod:`~.grading.export` (the gradebook as an LMS's import file).
 * :mod:`.build` — **building and releasing**: :mod:`~.build.master` (the master-notebook format),
   :mod:`~.build.assign` (student versions and autograders), :mod:`~.build.release` (the
   student-facing course), :mod:`~.build.bench` (grading speed).
 * :mod:`.cli` — the one command line: ``attnbook-grade`` / ``python -m attngrade [grade]`` grades a
-  class; ``python -m attngrade assign | release | bench`` builds, releases, measures.
+  class; ``python -m attngrade assign | release | bench | export`` builds, releases, measures,
+  exports to an LMS.
 
 Importing the package imports nothing heavy; the submodules import what they need.
 """
