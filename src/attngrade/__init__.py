@@ -15,13 +15,14 @@ The package is laid out by stage and trust zone; imports only point down this li
   read-only view), :mod:`~.grading.sandbox` (bubblewrap workers), :mod:`~.grading.grader` (running
   the tests), :mod:`~.grading.results` (what a grading run found), :mod:`~.grading.report`
   (gradebook, feedback, summary), :mod:`~.grading.compare` (a re-grade against an earlier
-  gradebook), :mod:`~.grading.export` (the gradebook as an LMS's import file).
+  gradebook), :mod:`~.grading.export` (the gradebook as an LMS's import file),
+  :mod:`~.grading.course_report` (what a class got wrong across every homework).
 * :mod:`.build` — **building and releasing**: :mod:`~.build.master` (the master-notebook format),
   :mod:`~.build.assign` (student versions and autograders), :mod:`~.build.release` (the
   student-facing course), :mod:`~.build.bench` (grading speed).
 * :mod:`.cli` — the one command line: ``attnbook-grade`` / ``python -m attngrade [grade]`` grades a
-  class; ``python -m attngrade assign | release | bench | export`` builds, releases, measures,
-  exports to an LMS.
+  class; ``python -m attngrade assign | release | bench | export | course-report`` builds,
+  releases, measures, exports to an LMS, reports on a course.
 
 Importing the package imports nothing heavy; the submodules import what they need.
 """

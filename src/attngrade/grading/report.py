@@ -6,8 +6,13 @@
   tests say what went wrong but never show the test's source;
 * ``summary.md`` and ``histogram.png``: per-question averages, how often each hidden test failed,
   the score distribution, and the entries of the class folder that were not graded, with the reason;
-* ``hidden_failures.json``: the hidden tests each graded row failed, kept so that the summary after
-  a partial re-grade still counts the whole class.
+* ``hidden_failures.json``: the hidden tests each graded row failed, and ``mistakes.json``, the
+  known mistakes its failed checks named ("Likely mistake: ..."), kept so that the summary after a
+  partial re-grade still counts the whole class;
+* ``misconceptions.csv``: per question and named mistake, how many students it explains and who
+  (the summary ranks the questions by points lost and lists the same counts under each);
+* ``questions.png``: one histogram of the scores per question; ``questions.json``: each question's
+  points.
 
 With ``merge`` (the CLI's ``--only``) the rows graded now replace those of the same students in the
 existing gradebook and the other rows stay, and the summary is computed from the merged rows; without it the gradebook and the feedback folder are
@@ -22,6 +27,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tempfile
 import unicodedata
 from collections import Counter
@@ -224,14 +230,21 @@ def summary_text(
     homework: str,
     *,
     hidden_failed: dict[str, list[str]] | None = None,
+    mistakes: dict[str, list[str]] | None = None,
     ignored: Sequence[tuple[str, str]] = (),
 ) -> str:
     """The class summary: counts by status, per-question averages, hidden-test failures, and the
     files of the folder that were not graded, with the reason.
 
     ``hidden_failed`` maps every graded row of the gradebook (status=error rows left out) to the
-    hidden tests it failed (:func:`hidden_failures`); by default it is read off ``results``."""
+    hidden tests it failed (:func:`hidden_failures`); by default it is read off ``results``.
+    ``mistakes`` (:func:`named_mistakes`, for every graded row) adds what the class got wrong: the
+    questions ranked by points lost, each with how many students each named mistake explains."""
     graded = [r for r in rows if r.get("status") != "error"]
+    possible: dict[str, float] = {}
+    for r in results:
+        for q in r.questions:
+            possible[q.name] = q.possible
     lines = [
         f"# {homework}: class summary",
         "",
@@ -241,10 +254,6 @@ def summary_text(
     ]
     if graded:
         lines += ["| question | average | possible |", "|---|---|---|"]
-        possible = {}
-        for r in results:
-            for q in r.questions:
-                possible[q.name] = q.possible
         for q in questions:
             vals = [float(r.get(q) or 0) for r in graded]
             lines.append(f"| {q} | {sum(vals) / len(vals):.2f} | {_num(possible.get(q, 0))} |")
@@ -263,6 +272,17 @@ def summary_text(
         lines += [f"- {name}: {n} of {len(hidden_failed)}" for name, n in failures.most_common()]
     else:
         lines.append("- none")
+    if graded and mistakes is not None:
+        lines += ["", "What the class got wrong (questions by points lost; the known mistakes the checks named):", ""]
+        named = misconceptions(mistakes)
+        for q, lost in points_lost(rows, questions, possible):
+            if lost <= 0:
+                continue
+            lines.append(f"- {q}: {_num(lost)} points lost in all")
+            lines += [f"  - {len(s)} of {len(graded)}: {m}" for qq, m, s in named if qq == q]
+        if not any(lost > 0 for _, lost in points_lost(rows, questions, possible)):
+            lines.append("- nothing: every graded row has full marks")
+        lines += ["", "(names per mistake: misconceptions.csv)"]
     if ignored:
         lines += ["", f"Not graded ({len(ignored)} entries of the folder):", ""]
         lines += [f"- {name}: {reason}" for name, reason in ignored]
@@ -278,8 +298,28 @@ def hidden_failures(results: Sequence[SubmissionResult]) -> dict[str, list[str]]
     }
 
 
-def _read_hidden_failures(path: Path) -> dict[str, list[str]]:
-    """The record written next to the gradebook by an earlier run ({} if none or unreadable)."""
+#: how a check's message names the known mistake that explains a failure (attngrade.checks)
+LIKELY_MISTAKE = re.compile(r"^Likely mistake: (.+)$", re.MULTILINE)
+
+
+def named_mistakes(results: Sequence[SubmissionResult]) -> dict[str, list[str]]:
+    """For each submission graded (status=error left out), the known mistakes its failed checks
+    named, as ``"q3: <the mistake>"``, once per question."""
+    out = {}
+    for r in results:
+        if r.status == "error":
+            continue
+        found = []
+        for q in r.questions:
+            for c in q.cases:
+                if not c.passed:
+                    found += [f"{q.name}: {m.strip()}" for m in LIKELY_MISTAKE.findall(c.message or "")]
+        out[r.submission] = list(dict.fromkeys(found))
+    return out
+
+
+def read_record(path: Path) -> dict[str, list[str]]:
+    """A per-row record written next to the gradebook by an earlier run ({} if none or unreadable)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -287,6 +327,49 @@ def _read_hidden_failures(path: Path) -> dict[str, list[str]]:
     if not isinstance(data, dict):
         return {}
     return {str(k): [str(c) for c in v] for k, v in data.items() if isinstance(v, list)}
+
+
+def _merged_record(
+    path: Path, fresh: dict[str, list[str]], results: Sequence[SubmissionResult], rows: dict, merge: bool
+) -> dict[str, list[str]]:
+    """The record at ``path`` with the rows graded now replaced (``merge``) or alone, kept for the
+    rows of the gradebook that were graded (status=error left out), written back to ``path``."""
+    record = read_record(path) if merge else {}
+    for r in results:
+        record.pop(r.submission, None)
+    record.update(fresh)
+    record = {n: record[n] for n in sorted(record) if n in rows and rows[n].get("status") != "error"}
+    atomic_write(path, json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    return record
+
+
+def misconceptions(mistakes: dict[str, list[str]]) -> list[tuple[str, str, list[str]]]:
+    """(question, mistake, the students it explains), most students first."""
+    who: dict[tuple[str, str], list[str]] = {}
+    for student, found in mistakes.items():
+        for item in found:
+            question, _, mistake = item.partition(": ")
+            who.setdefault((question, mistake), []).append(student)
+    return sorted(((q, m, sorted(s)) for (q, m), s in who.items()), key=lambda t: (-len(t[2]), t[0], t[1]))
+
+
+def misconceptions_csv(mistakes: dict[str, list[str]]) -> str:
+    """question, mistake, students (how many), names (semicolon-separated), most common first."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["question", "mistake", "students", "names"])
+    for question, mistake, students in misconceptions(mistakes):
+        w.writerow([question, mistake, len(students), "; ".join(_cell_name(s) for s in students)])
+    return buf.getvalue()
+
+
+def points_lost(
+    rows: Sequence[dict[str, str]], questions: Sequence[str], possible: dict[str, float]
+) -> list[tuple[str, float]]:
+    """Per question, the points the graded rows lost in all, most first."""
+    graded = [r for r in rows if r.get("status") != "error"]
+    lost = {q: sum(possible.get(q, 0.0) - float(r.get(q) or 0) for r in graded) for q in questions}
+    return sorted(lost.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
 def histogram_png(rows: Sequence[dict[str, str]], homework: str) -> bytes | None:
@@ -309,6 +392,39 @@ def histogram_png(rows: Sequence[dict[str, str]], homework: str) -> bytes | None
 
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(f"{homework}: {len(totals)} graded submissions")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def question_histograms_png(
+    rows: Sequence[dict[str, str]], questions: Sequence[str], possible: dict[str, float], homework: str
+) -> bytes | None:
+    """A PNG with one small histogram of the scores per question (status=error rows left out)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    from matplotlib.ticker import MaxNLocator
+
+    graded = [r for r in rows if r.get("status") != "error"]
+    if not graded or not questions:
+        return None
+    fig, axes = plt.subplots(1, len(questions), figsize=(2.2 * len(questions) + 0.6, 2.6), dpi=100, squeeze=False)
+    for ax, q in zip(axes[0], questions):
+        scores = [float(r.get(q) or 0) for r in graded]
+        top = possible.get(q) or max(scores + [1.0])
+        ax.hist(scores, bins=min(int(top * 2) + 1, 20), range=(0, top), color="#4C72B0", edgecolor="white")
+        ax.set_title(q)
+        ax.set_xlabel("points")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0][0].set_ylabel("submissions")
+    fig.suptitle(f"{homework}: scores per question")
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -349,14 +465,12 @@ def write_reports(
         paths.append(p)
     # the hidden tests each row failed, kept beside the gradebook so that a re-grade of some
     # students (--only) still summarises the whole class
-    record = out / "hidden_failures.json"
-    failed = _read_hidden_failures(record) if merge else {}
-    for r in results:
-        failed.pop(r.submission, None)
-    failed.update(hidden_failures(results))
-    failed = {name: failed[name] for name in sorted(failed) if name in rows and rows[name].get("status") != "error"}
-    atomic_write(record, json.dumps(failed, indent=1, ensure_ascii=False) + "\n")
-    text = summary_text(list(rows.values()), questions, results, homework, hidden_failed=failed, ignored=ignored)
+    failed = _merged_record(out / "hidden_failures.json", hidden_failures(results), results, rows, merge)
+    mistakes = _merged_record(out / "mistakes.json", named_mistakes(results), results, rows, merge)
+    atomic_write(out / "misconceptions.csv", misconceptions_csv(mistakes))
+    text = summary_text(
+        list(rows.values()), questions, results, homework, hidden_failed=failed, mistakes=mistakes, ignored=ignored
+    )
     summary = out / "summary.md"
     png = histogram_png(list(rows.values()), homework)
     histogram = None
@@ -364,5 +478,11 @@ def write_reports(
         histogram = out / "histogram.png"
         atomic_write(histogram, png)
         text += "\n![score histogram](histogram.png)\n"
+    possible = {q.name: q.possible for r in results for q in r.questions}
+    atomic_write(out / "questions.json", json.dumps({q: possible.get(q) for q in questions}, indent=1) + "\n")
+    per_question = question_histograms_png(list(rows.values()), questions, possible, homework)
+    if per_question is not None:
+        atomic_write(out / "questions.png", per_question)
+        text += "\n![scores per question](questions.png)\n"
     atomic_write(summary, text)
     return Written(book, paths, summary, histogram, text)

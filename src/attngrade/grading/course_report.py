@@ -1,0 +1,101 @@
+"""What a class got wrong across a whole course: every homework's gradebook in one report.
+
+``python -m attngrade course-report grades/`` reads each ``grades/<homework>/`` that
+``attnbook-grade`` wrote (``gradebook.csv`` and ``mistakes.json``) and writes
+``grades/course_report.md``: the homework ranked by the share of points the class lost (the
+chapter to re-teach first), and under each its questions ranked by points lost with the known
+mistakes that explain them and how many students made each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .report import atomic_write, misconceptions, read_gradebook, read_record
+
+
+@dataclass
+class HomeworkLosses:
+    name: str
+    graded: int
+    lost: float  # points lost by all graded rows together
+    possible: float  # points all graded rows could have had together
+    questions: list[tuple[str, float]]  # (question, points lost), most first
+    mistakes: list[tuple[str, str, list[str]]]  # (question, mistake, students)
+
+    @property
+    def share_lost(self) -> float:
+        return self.lost / self.possible if self.possible else 0.0
+
+
+def homework_losses(folder: Path) -> HomeworkLosses | None:
+    """The losses of the homework graded into ``folder`` (None if it holds no gradebook)."""
+    rows = [r for r in read_gradebook(folder / "gradebook.csv") if r.get("status") != "error"]
+    if not rows:
+        return None
+    fixed = {"submission", "total", "possible", "status", "error"}
+    questions = [c for c in rows[0] if c not in fixed]
+    # each question's points, as the grading run recorded them (questions.json); without that
+    # record, the best score any row got (then the losses are lower bounds)
+    try:
+        recorded = json.loads((folder / "questions.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        recorded = {}
+    best = {q: float(recorded.get(q) or max(float(r.get(q) or 0) for r in rows)) for q in questions}
+    possible_total = float(rows[0].get("possible") or sum(best.values()))
+    lost_total = sum(possible_total - float(r.get("total") or 0) for r in rows)
+    per_question = {q: sum(best[q] - float(r.get(q) or 0) for r in rows) for q in questions}
+    return HomeworkLosses(
+        name=folder.name,
+        graded=len(rows),
+        lost=lost_total,
+        possible=possible_total * len(rows),
+        questions=sorted(per_question.items(), key=lambda kv: (-kv[1], kv[0])),
+        mistakes=misconceptions(read_record(folder / "mistakes.json")),
+    )
+
+
+def course_report(grades: Path) -> str:
+    found = [h for h in (homework_losses(f) for f in sorted(grades.iterdir()) if f.is_dir()) if h is not None]
+    lines = [f"# Course report: {grades}", ""]
+    if not found:
+        return "\n".join(lines + ["No graded homework found (no <homework>/gradebook.csv)."]) + "\n"
+    lines += [
+        "Homework by the share of points the class lost (re-teach from the top):",
+        "",
+        "| homework | graded | points lost | share lost |",
+        "|---|---|---|---|",
+    ]
+    ranked = sorted(found, key=lambda h: (-h.share_lost, h.name))
+    lines += [f"| {h.name} | {h.graded} | {h.lost:g} of {h.possible:g} | {h.share_lost:.0%} |" for h in ranked]
+    for h in ranked:
+        lines += ["", f"## {h.name}", ""]
+        for q, lost in h.questions:
+            if lost <= 0:
+                continue
+            lines.append(f"- {q}: {lost:g} points lost")
+            lines += [f"  - {len(s)} of {h.graded} students: {m}" for qq, m, s in h.mistakes if qq == q]
+        if all(lost <= 0 for _, lost in h.questions):
+            lines.append("- every graded row has full marks")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m attngrade course-report", description=__doc__.splitlines()[0])
+    p.add_argument("grades", help="the folder holding one attnbook-grade output folder per homework")
+    p.add_argument("--out", default=None, help="file to write (default: GRADES/course_report.md)")
+    args = p.parse_args(argv)
+    grades = Path(args.grades)
+    if not grades.is_dir():
+        print(f"attngrade course-report: {grades} is not a folder", file=sys.stderr)
+        return 2
+    text = course_report(grades)
+    out = Path(args.out) if args.out else grades / "course_report.md"
+    atomic_write(out, text)
+    print(text)
+    print(f"written to {out}")
+    return 0
