@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="attnbook-grade",
         description="Grade a folder of submitted notebooks for one homework, each in its own bubblewrap sandbox.",
-        epilog="The other commands: python -m attngrade assign | release | bench | export | course-report (each with --help).",
+        epilog="The other commands: python -m attngrade assign | release | bench | export | course-report | sample-class (each with --help).",
     )
     p.add_argument("homework", help="homework name (hw01), its folder, or its master notebook")
     p.add_argument(
@@ -108,6 +108,7 @@ COMMANDS = {
     "bench": "attngrade.build.bench",  # grading speed against otter's
     "export": "attngrade.grading.export",  # a gradebook as the CSV an LMS imports
     "course-report": "attngrade.grading.course_report",  # what the class got wrong, every homework
+    "sample-class": "attngrade.build.sample_class",  # a class made of the homework's mutants, to try it all
 }
 
 
