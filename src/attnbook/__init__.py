@@ -1,29 +1,53 @@
 """attnbook: the package behind the open course on attention mechanisms.
 
 Row convention (tokens are rows, as in PyTorch), any batch dimensions in front, computed on the
-device and in the dtype of the inputs. :mod:`attnbook.formal` holds the column-convention
-versions of *Formal Algorithms for Transformers*; :mod:`attnbook.plotting` the figure helpers.
+device and in the dtype of the inputs. The public functions are re-exported here
+(``attnbook.attention``, ``attnbook.softmax``, ...); each lives in one module:
+
+* :mod:`attnbook.core`: the formulas of chapters 1, 2 and 4: ``core.softmax``, ``core.masks``
+  (every mask layout, its conversion to the scores' dtype, :func:`apply_mask`), ``core.attention``,
+  ``core.hard_attention``;
+* :mod:`attnbook.efficient`: chapter 8's ``efficient.online_softmax`` and ``efficient.tiled_attention``;
+* one module per topic at the top: ``scoring``, ``multi_head_attention``, ``positional_encoding``,
+  ``permutations``, ``equivariance``, ``kv_cache``, ``rotary``, ``grouped_query``,
+  ``sliding_window``, ``alibi``, ``interpretability``; :mod:`attnbook.formal` the column-convention
+  versions of *Formal Algorithms for Transformers*;
+* the models and their training: ``models`` (:class:`attnbook.models.SequenceModel` and its
+  :class:`attnbook.models.SequenceModelConfig`), ``tasks``, ``training``, ``margins``;
+* tools: ``validators`` (the argument checks), ``device``, ``sampling``, ``memory``, ``bench``,
+  ``plotting`` and ``diagrams`` (the figures).
+
+No module shares its dotted name with a function: ``attnbook.softmax`` is the function, and its
+module is ``attnbook.core.softmax``.
 """
 
 from . import formal, interpretability, models, tasks, training
 from .alibi import alibi_bias, alibi_bias_for_positions, alibi_slopes
-from .attention import apply_mask, attention, attention_scores
+from .core.attention import attention, attention_scores
+from .core.hard_attention import hard_attention
+from .core.masks import (
+    additive_to_keep,
+    apply_mask,
+    block_to_keep,
+    causal_mask,
+    keep_to_additive,
+    keep_to_block,
+    padding_mask,
+)
+from .core.softmax import softmax
 from .device import default_device
+from .efficient.online_softmax import online_softmax
+from .efficient.tiled_attention import tiled_attention
 from .equivariance import best_equivariant_accuracy, equivariant_accuracy, equivariant_accuracy_bound
 from .grouped_query import grouped_query_attention, kv_cache_bytes
-from .hard_attention import hard_attention
 from .kv_cache import KVCache
-from .masks import additive_to_keep, block_to_keep, causal_mask, keep_to_additive, keep_to_block, padding_mask
 from .multi_head_attention import MultiHeadAttention
-from .online_softmax import online_softmax
 from .permutations import is_permutation_matrix, permutation_matrix, random_permutation, random_permutation_matrix
 from .positional_encoding import pair_rotation, shift_matrix, sinusoid_frequencies, sinusoidal_encoding
 from .rotary import apply_rotary, half_to_interleaved, interleaved_to_half, rotary_angles, rotary_permutation
 from .sampling import sampler
 from .scoring import additive_scores, general_scores
 from .sliding_window import block_layout, block_sparse_mask, sliding_window_attention, sliding_window_mask
-from .softmax import softmax
-from .tiled_attention import tiled_attention
 
 __all__ = [
     "alibi_bias",

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .masks import causal_mask
-from .softmax import softmax
+from .core.masks import causal_mask
+from .core.softmax import softmax
 from .validators import check_formal_heads, check_shapes, check_values
 
 

@@ -24,7 +24,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .attention import attention
+from .core.attention import attention
+from .core.masks import mask_like_scores
 from .validators import check_divisible, check_mask, check_shapes, check_sizes, check_type, skip_checks
 
 
@@ -45,7 +46,8 @@ def _check_gqa_inputs(query, key, value, mask):
     batch = torch.broadcast_shapes(query.shape[:-3], key.shape[:-3], value.shape[:-3])  # checked above
     score_shape = (*batch, h_q, query.shape[-2], key.shape[-2])  # (..., H_q, n, m)
     if mask is not None:
-        mask = check_mask(mask, score_shape, query.dtype, query.device)
+        check_mask(mask, score_shape, query.device)
+        mask = mask_like_scores(mask, query.dtype)  # a float mask in the dtype of the scores
     return batch, h_q, h_kv, mask
 
 

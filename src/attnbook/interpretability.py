@@ -24,7 +24,6 @@ The circuit matrices ignore the biases and the layer norms: they are exact for a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -32,8 +31,8 @@ import torch
 from torch import nn
 
 from .alibi import alibi_bias
-from .attention import attention
-from .masks import causal_mask
+from .core.attention import attention
+from .core.masks import causal_mask, restrict_mask
 from .multi_head_attention import head_weights, project_heads
 from .validators import check_index, check_shapes, check_type, skip_checks
 
@@ -100,7 +99,7 @@ def _block_mask(block, n: int, device) -> torch.Tensor | None:
         mask = alibi_bias(n, n, block.alibi_slopes)  # (heads, n, n)
     if block.causal:
         keep = causal_mask(n, device=device)  # (n, n)
-        mask = keep if mask is None else mask.masked_fill(~keep, -math.inf)
+        mask = restrict_mask(mask, keep)  # the bias where causal, -inf after
     return mask
 
 

@@ -13,15 +13,15 @@ O(t d), is needed either way). In a decoder of several layers the lower layers w
 recompute their output at every earlier position, since the next layer's keys and values are made
 from it; chapter 8 counts both. Stacking the rows :math:`o_0, \dots, o_{n-1}` gives causal
 self-attention over the n tokens: exactly in exact arithmetic, and in floating point within the
-rounding bound of :func:`attnbook.tiled_attention.attention_rounding_bound` (chapter 8 checks it).
+rounding bound of :func:`attnbook.efficient.tiled_attention.attention_rounding_bound` (chapter 8 checks it).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .attention import attention
-from .masks import causal_mask
+from .core.attention import attention
+from .core.masks import causal_mask
 from .validators import check_floating, check_ndim, check_same_dtype_device, check_sizes
 
 

@@ -14,7 +14,7 @@ seconds, not to be fast. Row convention, batch first: token ids (batch, n), hidd
 * :class:`AttentionOnlyBlock`: the same without the MLP.
 * :class:`DecoderBlock`: causal self-attention, cross-attention to an encoder, an MLP.
 * :class:`SequenceModel`: embedding, sinusoidal positions, ALiBi biases (chapter 9) or no
-  positions, blocks, output head.
+  positions, blocks, output head; its shape is one :class:`SequenceModelConfig`.
 * :class:`EncoderDecoder`: an encoder and a decoder joined by cross-attention.
 
 Blocks return ``(output, weights)`` like :class:`attnbook.MultiHeadAttention` (the decoder block
@@ -26,22 +26,22 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from .alibi import alibi_bias, alibi_slopes
-from .attention import apply_mask, attention
+from .core.attention import attention
+from .core.masks import apply_mask, causal_mask, heads_mask, restrict_mask
+from .core.softmax import softmax
 from .kv_cache import KVCache
-from .masks import causal_mask
 from .multi_head_attention import MultiHeadAttention, concat_then_project, project_heads
 from .positional_encoding import sinusoidal_encoding
 from .scoring import additive_scores, general_scores
-from .softmax import softmax
 from .validators import (
     check_divisible,
     check_index,
-    check_mask,
     check_one_of,
     check_shapes,
     check_sizes,
@@ -73,18 +73,6 @@ def _check_tokens(name: str, tokens: object, vocab_size: int, max_len: int) -> N
 def _check_states(name: str, x: object, d_model: int, parameter: torch.Tensor) -> None:
     """Hidden states (batch, n, d_model) in the dtype and on the device of the block's parameters."""
     check_shapes(**{name: (x, "(batch, n, d_model)"), "parameters": (parameter, "(d_model, d_model)")}, d_model=d_model)
-
-
-def _check_heads_mask(mask, batch: int, heads: int, n: int, m: int, like: torch.Tensor) -> torch.Tensor | None:
-    """A mask read by its number of dimensions, as :class:`attnbook.MultiHeadAttention` reads it:
-    (n, m), (batch, n, m) or (batch, heads, n, m); returned with 4 dimensions (or None)."""
-    if mask is None:
-        return None
-    layouts = {"(n, m)": (n, m), "(batch, n, m)": (batch, n, m), "(batch, heads, n, m)": (batch, heads, n, m)}
-    mask = check_mask(mask, layouts, like.dtype, like.device)
-    if mask.ndim == 2:
-        return mask[None, None]  # (1, 1, n, m)
-    return mask.unsqueeze(1) if mask.ndim == 3 else mask  # (batch, 1, n, m): the same for every head
 
 
 def _check_source_mask(source_mask, source: torch.Tensor) -> torch.Tensor | None:
@@ -253,7 +241,7 @@ class ScoredAttention(nn.Module):
             kdim=self.kdim,
             vdim=self.vdim,
         )
-        mask = _check_heads_mask(mask, query.shape[0], self.num_heads, query.shape[1], key.shape[1], query)
+        mask = heads_mask(mask, query.shape[0], self.num_heads, query.shape[1], key.shape[1], like=query)
         with skip_checks():  # checked above; the formulas below need not check again
             v = project_heads(value, self.v_proj.weight, self.v_proj.bias, self.num_heads)  # (batch, heads, m, d_head)
             weights = softmax(apply_mask(self.scores(query, key), mask), dim=-1)  # (batch, heads, n, m)
@@ -296,7 +284,7 @@ def cached_self_attention(
         cache.append(k, v)
         t, length = x.shape[1], len(cache)
         keep = causal_mask(t, length, align="lower_right", device=x.device)  # (t, len(cache))
-        bias = alibi_bias(t, length, slopes, align="lower_right").masked_fill(~keep, -math.inf)  # (heads, t, len)
+        bias = restrict_mask(alibi_bias(t, length, slopes, align="lower_right"), keep)  # (heads, t, len(cache))
         keys, values = cache.keys, cache.values  # (batch, heads, len(cache), d_head)
         heads_out, weights = attention(q, keys, values, bias, need_weights=need_weights)  # (batch, heads, t, d_head)
     return concat_then_project(heads_out, mha.out_proj.weight, mha.out_proj.bias), weights  # (batch, t, d_model)
@@ -378,12 +366,7 @@ class EncoderBlock(nn.Module):
             mask = bias if mask is None else apply_mask(bias, mask)  # the bias, then the caller's mask
         if self.causal:
             keep = causal_mask(x.shape[1], device=x.device)  # (n, n), True = may attend
-            if mask is None:
-                mask = keep
-            elif mask.dtype == torch.bool:
-                mask = mask & keep  # (batch or 1, heads or 1, n, n): both must allow it
-            else:
-                mask = mask.masked_fill(~keep, -math.inf)  # a float mask: block the future with -inf
+            mask = restrict_mask(mask, keep)  # (batch or 1, heads or 1, n, n): both must allow it
         return self.self_attn(x, x, x, mask=mask, need_weights=need_weights)
 
     def forward(
@@ -412,7 +395,7 @@ class EncoderBlock(nn.Module):
             raise ValueError("a KVCache decodes token by token, which only a causal block (causal=True) can do")
         if cache is not None and mask is not None:
             raise ValueError("decoding with a cache takes no extra mask")
-        mask = _check_heads_mask(mask, x.shape[0], self.self_attn.num_heads, x.shape[1], x.shape[1], x)
+        mask = heads_mask(mask, x.shape[0], self.self_attn.num_heads, x.shape[1], x.shape[1], like=x)
         pre = self.norm == "pre"
         with skip_checks():
             x, weights = _residual(x, self.norm1, lambda h: self._self_attention(h, mask, need_weights, cache), pre)
@@ -547,7 +530,7 @@ class DecoderBlock(nn.Module):
             d_model=self.d_model,
         )
         heads = self.self_attn.num_heads
-        memory_mask = _check_heads_mask(memory_mask, y.shape[0], heads, y.shape[1], memory.shape[1], y)
+        memory_mask = heads_mask(memory_mask, y.shape[0], heads, y.shape[1], memory.shape[1], like=y)
         pre = self.norm == "pre"
         with skip_checks():
             y, self_weights = _residual(
@@ -590,8 +573,57 @@ class _Embedding(nn.Module):
         return x
 
 
+# nanoGPT's GPTConfig, for the course's models: what a SequenceModel is, in one frozen record
+@dataclass(frozen=True)
+class SequenceModelConfig:
+    """The shape of a :class:`SequenceModel` (chapters 7, 9 and 10), checked when it is made.
+
+    Args:
+        vocab_size: number of input token ids. d_model, num_heads: width and heads of every block.
+        num_layers: number of blocks.
+        max_len: the longest sequence (sizes the positional encoding); with ALiBi, which needs no
+            table, sequences of any length are accepted.
+        out_size: number of output classes (default ``vocab_size``).
+        positional: ``"sinusoidal"`` (the default): add :func:`attnbook.sinusoidal_encoding` to
+            the embeddings; ``"alibi"``: no encoding, the ALiBi bias in every self-attention layer
+            (``EncoderBlock(alibi=True)``); None: no positions. (True and False are read as
+            ``"sinusoidal"`` and None.)
+        causal: causal self-attention in every block.
+        mlp: False for attention-only blocks. d_ff, norm: as for :class:`EncoderBlock`.
+
+    ``dataclasses.replace(config, num_layers=2)`` gives a changed copy.
+    """
+
+    vocab_size: int
+    d_model: int
+    num_heads: int
+    num_layers: int = 1
+    max_len: int = 64
+    out_size: int | None = None
+    positional: str | None = "sinusoidal"
+    causal: bool = False
+    mlp: bool = True
+    d_ff: int | None = None
+    norm: str | None = "pre"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.positional, bool):  # the older spelling: True = sinusoidal, False = none
+            object.__setattr__(self, "positional", "sinusoidal" if self.positional else None)
+        check_sizes(
+            vocab_size=self.vocab_size,
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            num_layers=self.num_layers,
+            max_len=self.max_len,
+            out_size=self.out_size,
+            d_ff=self.d_ff,
+        )
+        check_one_of("positional", self.positional, POSITIONALS)
+        check_one_of("norm", self.norm, NORMS)
+
+
 class SequenceModel(nn.Module):
-    r"""Embedding, optional positions, a stack of blocks, an output head (chapters 7 and 9).
+    r"""Embedding, optional positions, a stack of blocks, an output head (chapters 7, 9 and 10).
 
     .. math:: X_0 = E[\text{tokens}] + P, \qquad X_\ell = \operatorname{Block}_\ell(X_{\ell - 1}),
               \qquad \text{logits} = \operatorname{LN}(X_L)\, W_\text{out}^\top + b_\text{out}
@@ -603,56 +635,34 @@ class SequenceModel(nn.Module):
     decoder-only model that can :meth:`generate`.
 
     Args:
-        vocab_size: number of input token ids. d_model, num_heads: width and heads of every block.
-        num_layers: number of blocks.
-        max_len: the longest sequence (sizes the positional encoding); with ALiBi, which needs no
-            table, sequences of any length are accepted.
-        out_size: number of output classes (default ``vocab_size``).
-        positional: ``"sinusoidal"`` (or True, the default): add
-            :func:`attnbook.sinusoidal_encoding` to the embeddings; ``"alibi"``: no encoding, the
-            ALiBi bias in every self-attention layer (``EncoderBlock(alibi=True)``); None (or
-            False): no positions.
-        causal: causal self-attention in every block.
-        mlp: False for attention-only blocks. d_ff, norm: as for :class:`EncoderBlock`.
+        config: a :class:`SequenceModelConfig`, e.g. ``SequenceModelConfig(vocab_size=10,
+            d_model=32, num_heads=2, causal=True)``.
+        device, dtype: where and in which dtype to create the parameters.
 
     Submodules: ``embed`` (``embed.token`` the ``nn.Embedding``), ``blocks`` (an
-    ``nn.ModuleList`` of :class:`EncoderBlock`), ``final_norm``, ``head`` (``nn.Linear``).
+    ``nn.ModuleList`` of :class:`EncoderBlock`), ``final_norm``, ``head`` (``nn.Linear``);
+    ``config`` is the configuration it was built from.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        num_heads: int,
-        num_layers: int = 1,
-        *,
-        max_len: int = 64,
-        out_size: int | None = None,
-        positional: bool | str | None = True,
-        causal: bool = False,
-        mlp: bool = True,
-        d_ff: int | None = None,
-        norm: str | None = "pre",
-        device=None,
-        dtype=None,
-    ) -> None:
+    def __init__(self, config: SequenceModelConfig, *, device=None, dtype=None) -> None:
         super().__init__()
-        check_one_of("norm", norm, NORMS)
-        if isinstance(positional, bool):  # the older spelling: True = sinusoidal, False = none
-            positional = "sinusoidal" if positional else None
-        check_one_of("positional", positional, POSITIONALS)
+        check_type("config", config, SequenceModelConfig, "attnbook.models.SequenceModelConfig")
         factory = {"device": device, "dtype": dtype}
-        check_sizes(num_layers=num_layers, out_size=out_size)
-        self.causal, self.positional = bool(causal), positional
-        self.out_size = vocab_size if out_size is None else out_size
-        alibi = positional == "alibi"
-        self.embed = _Embedding(vocab_size, d_model, max_len, positional == "sinusoidal", factory, bounded=not alibi)
-        self.blocks = nn.ModuleList(
-            EncoderBlock(d_model, num_heads, d_ff, norm=norm, mlp=mlp, causal=causal, alibi=alibi, **factory)
-            for _ in range(num_layers)
+        c = self.config = config
+        self.causal, self.positional = c.causal, c.positional
+        self.out_size = c.vocab_size if c.out_size is None else c.out_size
+        alibi = c.positional == "alibi"
+        self.embed = _Embedding(
+            c.vocab_size, c.d_model, c.max_len, c.positional == "sinusoidal", factory, bounded=not alibi
         )
-        self.final_norm = _layer_norm(d_model, norm if norm == "pre" else None, factory)
-        self.head = nn.Linear(d_model, self.out_size, **factory)
+        self.blocks = nn.ModuleList(
+            EncoderBlock(
+                c.d_model, c.num_heads, c.d_ff, norm=c.norm, mlp=c.mlp, causal=c.causal, alibi=alibi, **factory
+            )
+            for _ in range(c.num_layers)
+        )
+        self.final_norm = _layer_norm(c.d_model, c.norm if c.norm == "pre" else None, factory)
+        self.head = nn.Linear(c.d_model, self.out_size, **factory)
 
     @property
     def max_len(self) -> int:
@@ -681,7 +691,7 @@ class SequenceModel(nn.Module):
         """
         x = self.embed(tokens)  # (batch, n, d_model)
         heads = self.blocks[0].self_attn.num_heads
-        mask = _check_heads_mask(mask, x.shape[0], heads, x.shape[1], x.shape[1], x)
+        mask = heads_mask(mask, x.shape[0], heads, x.shape[1], x.shape[1], like=x)
         with skip_checks():  # the blocks get what was checked here
             return self._run(x, mask, need_weights, None)
 
@@ -698,7 +708,7 @@ class SequenceModel(nn.Module):
             the ``steps`` generated ids (batch, steps).
         """
         if not self.causal:
-            raise ValueError("generate needs a causal model (SequenceModel(..., causal=True))")
+            raise ValueError("generate needs a causal model (SequenceModelConfig(..., causal=True))")
         check_sizes(steps=steps)
         _check_tokens("prompt", prompt, self.embed.vocab_size, self.embed.limit)
         total = prompt.shape[1] + steps - 1  # the last generated token is never fed back
@@ -739,11 +749,11 @@ class EncoderDecoder(nn.Module):
 
     Args:
         src_vocab, tgt_vocab: input id counts of the source and of the decoder (the decoder's
-            input vocabulary must contain ``bos``). d_model, num_heads: as for :class:`SequenceModel`.
+            input vocabulary must contain ``bos``). d_model, num_heads: as for :class:`SequenceModelConfig`.
         num_layers: encoder blocks; num_decoder_layers: decoder blocks (default num_layers).
         max_len: longest source and target. out_size: output classes (default tgt_vocab).
         score: the cross-attention's score function. positional, mlp, d_ff, norm: as for
-            :class:`SequenceModel`.
+            :class:`SequenceModelConfig`.
 
     Submodules: ``src_embed``, ``tgt_embed``, ``encoder`` (``nn.ModuleList`` of
     :class:`EncoderBlock`), ``encoder_norm``, ``decoder`` (``nn.ModuleList`` of

@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import attention
-from .validators import check_divisible, check_mask, check_shapes, check_sizes, check_type, skip_checks
+from .core.attention import attention
+from .core.masks import heads_mask
+from .validators import check_divisible, check_shapes, check_sizes, check_type, skip_checks
 
 
 # X[..., n, h * d_head + e] -> X^h[..., n, e]: (..., n, heads * d_head) -> (..., heads, n, d_head)
@@ -347,11 +348,7 @@ class MultiHeadAttention(nn.Module):
             vdim=self.vdim,
         )
         batch, n, m, H = query.shape[0], query.shape[1], key.shape[1], self.num_heads
-        if mask is not None:
-            layouts = {"(n, m)": (n, m), "(batch, n, m)": (batch, n, m), "(batch, heads, n, m)": (batch, H, n, m)}
-            mask = check_mask(mask, layouts, query.dtype, query.device)  # read by its number of dimensions
-            if mask.ndim == 3:
-                mask = mask.unsqueeze(1)  # (batch, 1, n, m): the same mask for every head
+        mask = heads_mask(mask, batch, H, n, m, like=query)  # (batch or 1, heads or 1, n, m), read by its ndim
         with skip_checks():  # the inputs are checked above; the formulas below need not check them again
             q = project_heads(query, self.q_proj.weight, self.q_proj.bias, H)  # (batch, heads, n, d_head)
             k = project_heads(key, self.k_proj.weight, self.k_proj.bias, H)  # (batch, heads, m, d_head)

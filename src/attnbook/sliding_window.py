@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from .attention import attention
+from .core.attention import attention
 from .validators import check_one_of, check_shapes, check_sizes, check_type, skip_checks
 
 _ALIGNS = ("upper_left", "lower_right")

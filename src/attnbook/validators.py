@@ -22,7 +22,7 @@ The validators:
   device for all, the number of dimensions, the sizes that must agree, broadcastable batches;
 * :func:`check_attention_inputs`: ``(query, key, value, mask)`` of attention and its siblings;
 * :func:`check_mask`: an attention mask (boolean keep-mask or additive float mask) against the
-  score shape;
+  score shape (it only checks; :mod:`attnbook.core.masks` converts and applies masks);
 * :func:`check_sizes`, :func:`check_divisible`, :func:`check_index`: counts, widths and indices (ints);
 * :func:`check_number`, :func:`check_reals`, :func:`check_dtype`, :func:`check_type`,
   :func:`check_one_of`, :func:`check_values`: other arguments;
@@ -268,19 +268,18 @@ def _broadcasts_into(shape: Sequence[int], target: Sequence[int]) -> bool:
     return len(shape) <= len(target) and all(a == b or a == 1 for a, b in zip(reversed(shape), reversed(target)))
 
 
-def check_mask(
-    mask: object, target: Sequence[int] | dict[str, Sequence[int]], dtype: torch.dtype, device: torch.device
-) -> torch.Tensor:
-    """Check an attention mask against the score shape; return it, a float mask in ``dtype``.
+def check_mask(mask: object, target: Sequence[int] | dict[str, Sequence[int]], device: torch.device) -> None:
+    """Check an attention mask against the score shape (it only checks: converting the mask to the
+    scores' dtype and applying it is :mod:`attnbook.core.masks`' job).
 
-    A mask is boolean (True = may attend) or floating (added to the scores), on ``device``. It
-    must broadcast to the score shape ``target`` = (..., n, m) without enlarging it. ``target``
-    may instead map layouts to shapes, one per number of dimensions, e.g. ``{"(n, m)": (4, 6),
-    "(batch, heads, n, m)": (2, 8, 4, 6)}``: the mask is read in the layout of its number of
-    dimensions.
+    A mask is boolean (True = may attend) or floating (added to the scores, in any floating
+    dtype: :func:`attnbook.core.masks.mask_like_scores` casts it to theirs), on ``device``. It must broadcast to the
+    score shape ``target`` = (..., n, m) without enlarging it. ``target`` may instead map layouts
+    to shapes, one per number of dimensions, e.g. ``{"(n, m)": (4, 6), "(batch, heads, n, m)":
+    (2, 8, 4, 6)}``: the mask is read in the layout of its number of dimensions.
     """
     if _SKIPPING.get():
-        return mask
+        return
     check_tensor("mask", mask)
     if mask.dtype != torch.bool and not mask.is_floating_point():
         raise TypeError(
@@ -306,7 +305,6 @@ def check_mask(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the score shape {target} without "
             f"enlarging it (it is read as {layout} = {target}, n queries by m keys; size-1 axes broadcast)"
         )
-    return mask.to(dtype) if mask.is_floating_point() else mask
 
 
 def _attention_inputs_agree(query: object, key: object, value: object) -> bool:
@@ -327,12 +325,9 @@ def _attention_inputs_agree(query: object, key: object, value: object) -> bool:
     )
 
 
-def check_attention_inputs(
-    query: object, key: object, value: object, mask: object = None
-) -> tuple[torch.Size, torch.Tensor | None]:
+def check_attention_inputs(query: object, key: object, value: object, mask: object = None) -> torch.Size:
     """Check the inputs of attention (query (..., n, d_k), key (..., m, d_k), value (..., m, d_v),
-    mask broadcastable to (..., n, m)); return the score shape (..., n, m) and the mask (see
-    :func:`check_mask`)."""
+    mask broadcastable to (..., n, m), see :func:`check_mask`); return the score shape (..., n, m)."""
     if not _attention_inputs_agree(query, key, value):
         # something is wrong: check_shapes finds what, and says it
         check_shapes(query=(query, "(..., n, d_k)"), key=(key, "(..., m, d_k)"), value=(value, "(..., m, d_v)"))
@@ -341,8 +336,8 @@ def check_attention_inputs(
         batch = broadcast_batch(query=batch, key=key.shape[:-2], value=value.shape[:-2])
     score_shape = torch.Size((*batch, query.shape[-2], key.shape[-2]))
     if mask is not None:
-        mask = check_mask(mask, score_shape, query.dtype, query.device)
-    return score_shape, mask
+        check_mask(mask, score_shape, query.device)
+    return score_shape
 
 
 # ---------------------------------------------------------------- other arguments

@@ -9,7 +9,7 @@ The package is laid out by stage and trust zone; imports only point down this li
   :mod:`~.sandboxed.integrity` (the run-time guard: did a call run a reference implementation).
 * :mod:`.checks` — what the homework tests call (in the student's notebook for ``grader.check``, in
   otter's autograder and in the class grader; needs only torch); :mod:`.homework` — a homework's
-  folder, settings (``grading.yml``) and tests.
+  folder, settings (``grading.yml``, with the groups of ``exercises/forbidden_groups.yml``) and tests.
 * :mod:`.grading` — grading a class **on the host**: :mod:`~.grading.notebook` (finding and reading
   submissions), :mod:`~.grading.static` (flags for review), :mod:`~.grading.view` (the sandbox's
   read-only view), :mod:`~.grading.sandbox` (bubblewrap workers), :mod:`~.grading.grader` (running

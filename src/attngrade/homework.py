@@ -2,9 +2,12 @@
 
 Each homework lives in ``exercises/hwNN_topic/``: the otter master notebook ``hwNN.ipynb``, a
 ``grading.yml`` (the references students must not call, sandbox limits), and once built
-(``make assignments``) ``dist/student/`` and ``dist/autograder/``. The tests are read from the
-autograder notebook that ``otter assign`` writes: its metadata holds, per question, an otter
-test file in the exception-based (pytest-style) format::
+(``make assignments``) ``dist/student/`` and ``dist/autograder/``. A ``grading.yml``'s
+``forbidden:`` may name groups of references (``- group: masks``), defined once for every
+homework in ``exercises/forbidden_groups.yml`` (:func:`read_forbidden`).
+
+The tests are read from the autograder notebook that ``otter assign`` writes: its metadata holds,
+per question, an otter test file in the exception-based (pytest-style) format::
 
     from otter.test_files import test_case
     OK_FORMAT = False
@@ -19,6 +22,7 @@ resolves points the way otter documents it; a test checks that both agree on eve
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -29,6 +33,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from .sandboxed.integrity import resolve_reference
+
+#: the file, in the exercises folder, that defines the groups of forbidden references
+GROUPS_FILE = "forbidden_groups.yml"
 
 #: default sandbox limits, overridable per homework in grading.yml and on the command line
 DEFAULT_LIMITS = {
@@ -180,20 +189,21 @@ class Homework:
     def autograder_notebook(self) -> Path:
         return self.dist / "autograder" / f"{self.name}.ipynb"
 
-    @property
+    @functools.cached_property
     def forbidden(self) -> list[str]:
-        return list(self.config.get("forbidden", []))
+        """The dotted names of ``forbidden:`` with its groups expanded, each checked to resolve."""
+        return read_forbidden(self.folder / "grading.yml", self.config, groups_file(self.folder))
 
     @property
     def limits(self) -> dict[str, Any]:
         return {**DEFAULT_LIMITS, **self.config.get("limits", {})}
 
     def is_built(self) -> bool:
-        """Whether dist/ exists and is newer than the master and grading.yml."""
+        """Whether dist/ exists and is newer than the master, grading.yml and the groups file."""
         if not self.autograder_notebook.exists() or not self.student_notebook.exists():
             return False
         built = self.autograder_notebook.stat().st_mtime
-        sources = [self.master, self.folder / "grading.yml"]
+        sources = [self.master, self.folder / "grading.yml", groups_file(self.folder)]
         return all(built >= p.stat().st_mtime for p in sources if p.exists())
 
     def questions(self) -> list[Question]:
@@ -210,6 +220,71 @@ class Homework:
                 f"{self.autograder_notebook}: tests must use otter's pytest-style format (ok_format: false)"
             )
         return [parse_test_file(src, f"{self.name}/{q}") for q, src in meta.get("tests", {}).items()]
+
+
+def groups_file(folder: Path) -> Path:
+    """The groups file of the homework in ``folder``: the one beside it (in its exercises folder),
+    else the one in :func:`exercises_root` (for a homework folder copied elsewhere)."""
+    beside = Path(folder).parent / GROUPS_FILE
+    return beside if beside.exists() else exercises_root() / GROUPS_FILE
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from None
+
+
+def read_groups(path: Path) -> dict[str, list]:
+    """The groups of forbidden references in ``path``: a mapping of group names to lists whose
+    entries are dotted names or ``{group: NAME}`` (a group may include another)."""
+    groups = _read_yaml(path) if path.exists() else {}
+    groups = {} if groups is None else groups
+    if not isinstance(groups, dict) or not all(isinstance(v, list) for v in groups.values()):
+        raise ValueError(f"{path}: must map each group name to a list of references")
+    return groups
+
+
+def read_forbidden(config_path: Path, config: dict[str, Any], groups_path: Path) -> list[str]:
+    """The forbidden references of a ``grading.yml`` (read from ``config_path`` into ``config``),
+    in order and without repeats, with every ``{group: NAME}`` entry replaced by the references of
+    the group NAME of ``groups_path``.
+
+    Raises ``ValueError`` naming the file for an entry that is neither a dotted name nor a group, an
+    unknown group, a group that includes itself, and a name that does not resolve (a typo would
+    otherwise leave a reference usable).
+    """
+    groups: dict[str, list] | None = None
+    names: dict[str, str] = {}  # name -> where it is listed
+
+    def expand(entries: object, where: str, stack: tuple[str, ...]) -> None:
+        nonlocal groups
+        if not isinstance(entries, list):
+            raise ValueError(f"{where}: forbidden must be a list, got {type(entries).__name__}")
+        for entry in entries:
+            if isinstance(entry, str) and entry.strip():
+                names.setdefault(entry.strip(), where)
+                continue
+            if not (isinstance(entry, dict) and list(entry) == ["group"] and isinstance(entry["group"], str)):
+                raise ValueError(f"{where}: each forbidden entry is a dotted name or {{group: NAME}}, got {entry!r}")
+            name = entry["group"]
+            if groups is None:
+                groups = read_groups(groups_path)
+            if name not in groups:
+                known = ", ".join(sorted(groups)) or "none"
+                raise ValueError(f"{where}: unknown group {name!r} (the groups of {groups_path}: {known})")
+            if name in stack:
+                raise ValueError(f"{groups_path}: group {name!r} includes itself ({' -> '.join((*stack, name))})")
+            expand(groups[name], f"{groups_path}, group {name!r}", (*stack, name))
+
+    expand(config.get("forbidden", []), str(config_path), ())
+    for name, where in names.items():
+        try:
+            resolve_reference(name)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"{where}: forbidden reference {name!r} does not resolve ({exc})") from None
+    return list(names)
 
 
 def load_homework(spec: str | os.PathLike[str]) -> Homework:
@@ -229,8 +304,10 @@ def load_homework(spec: str | os.PathLike[str]) -> Homework:
         folder = matches[0]
         name = folder.name.split("_")[0]
     config_path = folder / "grading.yml"
-    config = yaml.safe_load(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
-    return Homework(name=name, folder=folder.resolve(), config=config or {})
+    config = (_read_yaml(config_path) if config_path.exists() else {}) or {}
+    if not isinstance(config, dict):
+        raise ValueError(f"{config_path}: must be a mapping (forbidden:, limits:)")
+    return Homework(name=name, folder=folder.resolve(), config=config)
 
 
 def all_homework() -> list[Homework]:

@@ -25,7 +25,7 @@ from attnbook.interpretability import (
     run_with_heads,
     v_composition,
 )
-from attnbook.models import SequenceModel, ablate_head
+from attnbook.models import SequenceModel, SequenceModelConfig, ablate_head
 
 from ..conftest import tolerances
 
@@ -33,7 +33,7 @@ from ..conftest import tolerances
 def _model(device, dtype, layers=2, **kwargs):
     torch.manual_seed(0)
     options = {"max_len": 12, "causal": True, "mlp": False, "norm": None} | kwargs
-    return SequenceModel(7, 8, 2, layers, device=device, dtype=dtype, **options).eval()
+    return SequenceModel(SequenceModelConfig(7, 8, 2, layers, **options), device=device, dtype=dtype).eval()
 
 
 def _tokens(device, batch=3, n=10, seed=1):

@@ -18,6 +18,7 @@ from attnbook.models import (
     FeedForward,
     ScoredAttention,
     SequenceModel,
+    SequenceModelConfig,
     ablate_head,
     cross_attention_module,
     parameter_count,
@@ -206,7 +207,7 @@ def test_cross_attention_module():
 
 def test_sequence_model_shapes_and_weights(device):
     _seeded()
-    model = SequenceModel(7, 8, 2, 3, max_len=10, out_size=4, device=device)
+    model = SequenceModel(SequenceModelConfig(7, 8, 2, 3, max_len=10, out_size=4), device=device)
     tokens = torch.randint(7, (3, 6), device=device)
     logits, weights = model(tokens, need_weights=True)
     assert logits.shape == (3, 6, 4) and logits.device.type == device.type
@@ -217,17 +218,17 @@ def test_sequence_model_shapes_and_weights(device):
 def test_sequence_model_without_positions_is_equivariant(device):
     """Without positions and masks the whole model is permutation equivariant (chapter 6)."""
     _seeded()
-    model = SequenceModel(9, 8, 2, 2, max_len=6, positional=False, device=device, dtype=F64)
+    model = SequenceModel(SequenceModelConfig(9, 8, 2, 2, max_len=6, positional=False), device=device, dtype=F64)
     tokens = torch.randint(9, (4, 6), generator=torch.Generator().manual_seed(0)).to(device)
     perm = torch.tensor([3, 0, 5, 1, 4, 2], device=device)
     assert_close(model(tokens[:, perm])[0], model(tokens)[0][:, perm])
-    with_positions = SequenceModel(9, 8, 2, 2, max_len=6, device=device, dtype=F64)
+    with_positions = SequenceModel(SequenceModelConfig(9, 8, 2, 2, max_len=6), device=device, dtype=F64)
     assert not torch.allclose(with_positions(tokens[:, perm])[0], with_positions(tokens)[0][:, perm])
 
 
 def test_causal_model_does_not_look_ahead(device):
     _seeded()
-    model = SequenceModel(9, 8, 2, 2, max_len=8, causal=True, device=device, dtype=F64)
+    model = SequenceModel(SequenceModelConfig(9, 8, 2, 2, max_len=8, causal=True), device=device, dtype=F64)
     tokens = torch.randint(9, (2, 8), generator=torch.Generator().manual_seed(0)).to(device)
     logits = model(tokens)[0]
     for j in range(1, 8):
@@ -240,7 +241,7 @@ def test_causal_model_does_not_look_ahead(device):
 
 def test_padding_mask_is_respected(device):
     _seeded()
-    model = SequenceModel(9, 8, 2, 2, max_len=6, device=device, dtype=F64)
+    model = SequenceModel(SequenceModelConfig(9, 8, 2, 2, max_len=6), device=device, dtype=F64)
     lengths = torch.tensor([6, 3], device=device)
     keep = attnbook.padding_mask(lengths, 6)[:, None, :]  # (batch, 1, m)
     tokens = torch.randint(9, (2, 6), generator=torch.Generator().manual_seed(0)).to(device)
@@ -309,7 +310,9 @@ def test_alibi_block_matches_torch_with_the_bias_as_mask(norm, device):
 
 def test_alibi_model_uses_the_bias_and_no_encoding(device):
     _seeded()
-    model = SequenceModel(9, 8, 4, 2, max_len=8, positional="alibi", mlp=False, norm=None, device=device, dtype=F64)
+    model = SequenceModel(
+        SequenceModelConfig(9, 8, 4, 2, max_len=8, positional="alibi", mlp=False, norm=None), device=device, dtype=F64
+    )
     assert model.positional == "alibi" and all(block.alibi for block in model.blocks)
     tokens = torch.randint(9, (2, 7), generator=torch.Generator().manual_seed(0)).to(device)
     x = model.embed.token(tokens)  # no positional encoding is added
@@ -327,13 +330,13 @@ def test_positional_spellings(device):
     tokens = torch.randint(9, (2, 6), generator=torch.Generator().manual_seed(0)).to(device)
     for old, new in ((True, "sinusoidal"), (False, None)):
         _seeded()
-        a = SequenceModel(9, 8, 2, max_len=6, positional=old, device=device, dtype=F64)
+        a = SequenceModel(SequenceModelConfig(9, 8, 2, max_len=6, positional=old), device=device, dtype=F64)
         _seeded()
-        b = SequenceModel(9, 8, 2, max_len=6, positional=new, device=device, dtype=F64)
+        b = SequenceModel(SequenceModelConfig(9, 8, 2, max_len=6, positional=new), device=device, dtype=F64)
         assert a.positional == new and not a.blocks[0].alibi
         assert_close(a(tokens)[0], b(tokens)[0])
     with pytest.raises(ValueError, match="positional"):
-        SequenceModel(9, 8, 2, positional="rotary")
+        SequenceModel(SequenceModelConfig(9, 8, 2, positional="rotary"))
     with pytest.raises(TypeError, match="alibi"):
         EncoderBlock(8, 2, alibi="yes")
 
@@ -342,7 +345,7 @@ def test_alibi_encoder_is_equivariant_under_reversal(device):
     """Without the causal mask, |i - j| is unchanged when the sequence is read backwards, so
     reversing the input reverses the output; other permutations change it (chapters 6 and 9)."""
     _seeded()
-    model = SequenceModel(9, 8, 2, 2, max_len=6, positional="alibi", device=device, dtype=F64)
+    model = SequenceModel(SequenceModelConfig(9, 8, 2, 2, max_len=6, positional="alibi"), device=device, dtype=F64)
     tokens = torch.randint(9, (4, 6), generator=torch.Generator().manual_seed(0)).to(device)
     assert_close(model(tokens.flip(1))[0], model(tokens)[0].flip(1))
     perm = torch.tensor([3, 0, 5, 1, 4, 2], device=device)
@@ -351,7 +354,9 @@ def test_alibi_encoder_is_equivariant_under_reversal(device):
 
 def test_causal_alibi_model_does_not_look_ahead_and_takes_any_length(device):
     _seeded()
-    model = SequenceModel(9, 8, 2, 2, max_len=4, causal=True, positional="alibi", device=device, dtype=F64)
+    model = SequenceModel(
+        SequenceModelConfig(9, 8, 2, 2, max_len=4, causal=True, positional="alibi"), device=device, dtype=F64
+    )
     tokens = torch.randint(9, (2, 10), generator=torch.Generator().manual_seed(0)).to(device)  # longer than max_len
     logits, weights = model(tokens, need_weights=True)
     assert logits.shape == (2, 10, 9) and all(w.shape == (2, 2, 10, 10) for w in weights)
@@ -364,14 +369,18 @@ def test_causal_alibi_model_does_not_look_ahead_and_takes_any_length(device):
     assert_close(model(tokens[:, :5])[0], logits[:, :5])  # a prefix gives the same outputs
     for positional in ("sinusoidal", None):  # these are still bounded by max_len
         with pytest.raises(ValueError, match="max_len"):
-            SequenceModel(9, 8, 2, max_len=4, positional=positional, device=device)(tokens)
+            SequenceModel(SequenceModelConfig(9, 8, 2, max_len=4, positional=positional), device=device)(tokens)
 
 
 @pytest.mark.parametrize("norm", ["pre", None])
 def test_alibi_generation_with_cache(norm, device):
     """Cached decoding adds the bias of the new tokens, the last rows of the full bias (chapters 8 and 9)."""
     _seeded()
-    model = SequenceModel(11, 16, 4, 2, max_len=4, causal=True, positional="alibi", norm=norm, device=device, dtype=F64)
+    model = SequenceModel(
+        SequenceModelConfig(11, 16, 4, 2, max_len=4, causal=True, positional="alibi", norm=norm),
+        device=device,
+        dtype=F64,
+    )
     prompt = torch.randint(11, (3, 3), generator=torch.Generator().manual_seed(0)).to(device)
     cached = model.generate(prompt, 9, use_cache=True)  # 11 tokens in all, beyond max_len
     assert torch.equal(cached, model.generate(prompt, 9, use_cache=False))
@@ -389,7 +398,9 @@ def test_alibi_generation_with_cache(norm, device):
 @pytest.mark.parametrize("norm", ["pre", "post", None])
 def test_sequence_model_generation_with_cache(norm, device):
     _seeded()
-    model = SequenceModel(11, 16, 2, 2, max_len=12, causal=True, norm=norm, device=device, dtype=F64)
+    model = SequenceModel(
+        SequenceModelConfig(11, 16, 2, 2, max_len=12, causal=True, norm=norm), device=device, dtype=F64
+    )
     prompt = torch.randint(11, (4, 3), generator=torch.Generator().manual_seed(0)).to(device)
     cached = model.generate(prompt, 8, use_cache=True)
     plain = model.generate(prompt, 8, use_cache=False)
@@ -429,7 +440,7 @@ def test_cached_decoding_gives_the_same_logits(device):
 
 def test_ablate_head_removes_exactly_that_head(device):
     _seeded()
-    model = SequenceModel(9, 8, 2, 1, max_len=5, mlp=False, norm=None, device=device, dtype=F64)
+    model = SequenceModel(SequenceModelConfig(9, 8, 2, 1, max_len=5, mlp=False, norm=None), device=device, dtype=F64)
     ablated = ablate_head(model, 0, 1)
     tokens = torch.randint(9, (2, 5), device=device)
     mha = model.blocks[0].self_attn
@@ -451,7 +462,7 @@ def test_ablate_head_removes_exactly_that_head(device):
 
 
 def test_parameter_count():
-    model = SequenceModel(10, 8, 2, 1, max_len=4, mlp=False, norm=None)
+    model = SequenceModel(SequenceModelConfig(10, 8, 2, 1, max_len=4, mlp=False, norm=None))
     mha = 4 * (8 * 8 + 8)
     assert parameter_count(model) == 10 * 8 + mha + 8 * 10 + 10
 
@@ -460,7 +471,7 @@ def test_parameter_count():
 
 
 def test_clear_errors():
-    model = SequenceModel(5, 8, 2, max_len=4)
+    model = SequenceModel(SequenceModelConfig(5, 8, 2, max_len=4))
     with pytest.raises(TypeError, match="integer"):
         model(torch.zeros(1, 3))
     with pytest.raises(ValueError, match=r"\[0, 5\)"):
@@ -491,3 +502,24 @@ def test_clear_errors():
         ed.generate(torch.zeros(1, 3, dtype=torch.long), 2, bos=4)
     with pytest.raises(ValueError, match="memory"):
         DecoderBlock(8, 2)(torch.zeros(1, 3, 8), torch.zeros(2, 3, 8))
+
+
+def test_sequence_model_config_is_a_checked_frozen_record():
+    """One SequenceModelConfig holds what a SequenceModel is; it checks itself when it is made."""
+    import dataclasses
+
+    config = SequenceModelConfig(vocab_size=9, d_model=8, num_heads=2, causal=True)
+    assert (config.num_layers, config.max_len, config.positional, config.norm) == (1, 64, "sinusoidal", "pre")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.d_model = 16
+    two = dataclasses.replace(config, num_layers=2)
+    assert two.num_layers == 2 and config.num_layers == 1
+    model = SequenceModel(two)
+    assert model.config is two and len(model.blocks) == 2 and model.causal
+    assert SequenceModelConfig(9, 8, 2, positional=False).positional is None  # the older spelling
+    with pytest.raises(ValueError, match="num_layers"):
+        SequenceModelConfig(9, 8, 2, num_layers=0)
+    with pytest.raises(ValueError, match="norm"):
+        SequenceModelConfig(9, 8, 2, norm="middle")
+    with pytest.raises(TypeError, match="SequenceModelConfig"):
+        SequenceModel({"vocab_size": 9, "d_model": 8, "num_heads": 2})

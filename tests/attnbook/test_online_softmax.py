@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from attnbook import softmax
-from attnbook.online_softmax import (
+from attnbook.efficient.online_softmax import (
     block_exponentials,
     online_normalizer,
     online_softmax,

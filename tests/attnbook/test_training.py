@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from attnbook.models import EncoderDecoder, SequenceModel
+from attnbook.models import EncoderDecoder, SequenceModel, SequenceModelConfig
 from attnbook.tasks import IGNORE, CopyOffset, Translation
 from attnbook.training import History, accuracy, evaluate, model_logits, sequence_accuracy, sequence_loss, train
 
@@ -52,12 +52,12 @@ def test_metric_errors():
     with pytest.raises(ValueError, match="scored"):
         accuracy(torch.zeros(1, 2, 3), torch.full((1, 2), IGNORE))
     with pytest.raises(TypeError, match="Batch"):
-        model_logits(SequenceModel(3, 4, 1, max_len=2), torch.zeros(1, 2, dtype=torch.long))
+        model_logits(SequenceModel(SequenceModelConfig(3, 4, 1, max_len=2)), torch.zeros(1, 2, dtype=torch.long))
 
 
 def _copy_model(seed, device):
     torch.manual_seed(seed)
-    return SequenceModel(6, 16, 2, max_len=8, device=device)
+    return SequenceModel(SequenceModelConfig(6, 16, 2, max_len=8), device=device)
 
 
 def test_a_model_learns_to_copy(device):

@@ -578,7 +578,7 @@ def retrieve(q, K, V, beta):
                     "softmax_beta": """
 def softmax_beta(s, beta=1.0):
     import importlib, sys
-    module = importlib.reload(sys.modules["attnbook.softmax"])
+    module = importlib.reload(sys.modules["attnbook.core.softmax"])
     return module.softmax(s, beta=beta)
 """
                 }

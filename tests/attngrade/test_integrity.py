@@ -20,22 +20,15 @@ import torch.nn.functional as F
 
 import attnbook
 from attngrade.checks import CheckFailure, call, check_call
+from attngrade.homework import load_homework
 from attngrade.sandboxed import integrity
 from attngrade.sandboxed.integrity import INTEGRITY_FILE, ForbiddenReference, Guard, watch_call
 
 from ..paths import ROOT  # noqa: E402
 
-HW02 = ROOT / "exercises" / "hw02_masked_attention" / "grading.yml"
-
-
-def _hw02_forbidden() -> list[str]:
-    import yaml
-
-    return list(yaml.safe_load(HW02.read_text(encoding="utf-8"))["forbidden"])
-
-
-FORBIDDEN = _hw02_forbidden()
+FORBIDDEN = load_homework(ROOT / "exercises" / "hw02_masked_attention").forbidden  # its groups expanded
 ATTENTION_FILE = attnbook.attention.__code__.co_filename
+ATTENTION_PACKAGE = attnbook.attention.__module__.rpartition(".")[0]  # attnbook.core: its relative imports
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +58,7 @@ def ran(guard: Guard, func, *args, **kwargs) -> list[str]:
 
 
 def _fresh_module_copy():
-    spec = importlib.util.spec_from_file_location("attnbook.attention_copy", ATTENTION_FILE)
+    spec = importlib.util.spec_from_file_location(f"{ATTENTION_PACKAGE}.attention_copy", ATTENTION_FILE)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:
@@ -76,7 +69,7 @@ def _fresh_module_copy():
 
 
 def _exec_file_under_other_name(q, k, v):
-    ns: dict = {"__name__": "copied", "__package__": "attnbook"}
+    ns: dict = {"__name__": "copied", "__package__": ATTENTION_PACKAGE}
     exec(compile(Path(ATTENTION_FILE).read_text(encoding="utf-8"), "my_own_attention.py", "exec"), ns)
     return ns["attention"](q, k, v)
 
@@ -108,7 +101,7 @@ ROUTES = {
     "eval": lambda q, k, v: eval("attnbook.attention")(q, k, v),
     "eval of a joined name": lambda q, k, v: eval("attnbook." + "atten" + "tion")(q, k, v),
     "exec": lambda q, k, v: exec("r = attnbook.attention(q, k, v)", {"attnbook": attnbook, "q": q, "k": k, "v": v}),
-    "runpy": lambda q, k, v: runpy.run_path(ATTENTION_FILE, run_name="attnbook.copy")["attention"](q, k, v),
+    "runpy": lambda q, k, v: runpy.run_path(ATTENTION_FILE, run_name=f"{ATTENTION_PACKAGE}.copy")["attention"](q, k, v),
     "importlib copy of the module": lambda q, k, v: _fresh_module_copy().attention(q, k, v),
     "exec of the file's text": _exec_file_under_other_name,
     "a thread started in the call": _in_a_new_thread,
@@ -433,18 +426,38 @@ def test_the_environment_variable_applies(no_list: Path, monkeypatch) -> None:
     call(cheat, "masked_attention", (Q, K, V))  # attnbook is not on this list
 
 
-def test_a_function_inside_a_module_that_a_package_attribute_shadows_resolves():
-    """``attnbook.online_softmax`` is the function; the module of that name holds ``online_normalizer``,
-    which homework 8 forbids: the sandbox's stubs and the guard must find it."""
-    import sys
+def test_no_module_of_attnbook_is_shadowed_so_one_resolver_suffices():
+    """Every module ``attnbook.a.b`` is what the attribute ``b`` of ``attnbook.a`` gives (no function
+    of the same name re-exported over it), so resolving a dotted name by attributes and by imports
+    agree, and the grader needs one resolver: the guard, the sandbox's view and the static reading."""
+    import pkgutil
 
-    import attnbook
     from attngrade.sandboxed.integrity import resolve_reference
 
-    module = sys.modules["attnbook.online_softmax"]
-    assert resolve_reference("attnbook.online_softmax") is attnbook.online_softmax
-    assert resolve_reference("attnbook.online_softmax.online_normalizer") is module.online_normalizer
-    assert (
-        resolve_reference("attnbook.tiled_attention.attention_tiles")
-        is sys.modules["attnbook.tiled_attention"].attention_tiles
+    modules = ["attnbook"] + [m.name for m in pkgutil.walk_packages(attnbook.__path__, "attnbook.")]
+    assert "attnbook.core.softmax" in modules and "attnbook.efficient.online_softmax" in modules
+    for name in modules:
+        module = importlib.import_module(name)
+        parent, _, last = name.rpartition(".")
+        if parent:
+            assert getattr(sys.modules[parent], last) is module, f"{name} is shadowed by another object"
+        assert resolve_reference(name) is module
+    assert resolve_reference("attnbook.softmax") is attnbook.softmax  # the function, re-exported
+    assert resolve_reference("attnbook.efficient.online_softmax.online_normalizer") is (
+        sys.modules["attnbook.efficient.online_softmax"].online_normalizer
     )
+
+
+def test_resolving_without_loading_imports_nothing():
+    """The static reading of a notebook resolves the names a student writes with ``load=False``: what
+    is imported resolves as with loading, what is not is not found (and not imported)."""
+    from attngrade.sandboxed.integrity import resolve_reference
+
+    assert resolve_reference("attnbook.core.masks.apply_mask", load=False) is attnbook.apply_mask
+    assert resolve_reference("torch.nn.functional.softmax", load=False) is F.softmax
+    for missing in ("attnbook.no_such_module.f", "no_such_package.f", "attnbook.softmax.no_such_attribute"):
+        with pytest.raises((ImportError, AttributeError)):
+            resolve_reference(missing, load=False)
+    assert "no_such_package" not in sys.modules
+    with pytest.raises(ImportError):
+        resolve_reference("attnbook.no_such_module.f")  # with loading: the import fails

@@ -1,7 +1,7 @@
 """Diagrams of chapter 8: the tiles tiled attention visits, and a KV cache filling up step by step.
 
 Both are drawn from the package's own objects, so they stay in step with the code: the tiles and
-their kinds come from :func:`attnbook.tiled_attention.attention_tiles`, the cache's rows from the
+their kinds come from :func:`attnbook.efficient.tiled_attention.attention_tiles`, the cache's rows from the
 way :class:`attnbook.KVCache` fills its preallocated buffers.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from ..tiled_attention import attention_tiles
+from ..efficient.tiled_attention import attention_tiles
 from ..validators import check_sizes
 from .style import NOTE_SIZE, PANEL, arrow, matrix_block, new_diagram, text
 

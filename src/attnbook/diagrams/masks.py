@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
+from attnbook.core.masks import causal_mask, padding_mask
 from attnbook.diagrams.style import matrix_block, new_diagram, text
-from attnbook.masks import causal_mask, padding_mask
 
 
 def default_masks(n: int = 5, length: int = 3) -> dict[str, np.ndarray]:

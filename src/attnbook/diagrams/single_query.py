@@ -10,8 +10,8 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle
 
+from attnbook.core.softmax import softmax
 from attnbook.diagrams.style import INK, arrow, bracket_label, dark, matrix_block, new_diagram, text
-from attnbook.softmax import softmax
 
 #: the chapter's hand-computable example: d_k = 4 (so 1/sqrt(d_k) = 1/2), scores 2, 1, 0
 EXAMPLE_QUERY = (1.0, 1.0, 1.0, 1.0)

@@ -21,11 +21,11 @@ parses every code cell with :mod:`ast` (parsing runs nothing) and reports, per q
 from __future__ import annotations
 
 import ast
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..sandboxed.integrity import resolve_reference
 from ..sandboxed.worker import to_python  # the IPython translation the sandbox applies before running a cell
 
 #: names that run code built at run time, or reach objects behind the grader's back
@@ -119,31 +119,16 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
-def resolve_loaded(dotted: str) -> Any:
-    """The object named ``a.b.c`` among modules already imported (no new imports; ``None`` if not
-    found)."""
-    parts = dotted.split(".")
-    # shortest module prefix first: ``attnbook.softmax`` is the function (the package attribute)
-    # even though a submodule of that name exists too
-    for cut in range(1, len(parts) + 1):
-        module = sys.modules.get(".".join(parts[:cut]))
-        if module is None:
-            continue
-        obj: Any = module
-        try:
-            for name in parts[cut:]:
-                obj = getattr(obj, name)
-        except Exception:
-            continue
-        return obj
-    return None
-
-
 def _resolve_object(dotted: str) -> Any:
-    """The object a dotted name of ``attnbook``, ``torch`` or ``numpy`` denotes (no new imports)."""
+    """The object a dotted name of ``attnbook``, ``torch`` or ``numpy`` denotes, among the modules
+    already imported (:func:`attngrade.sandboxed.integrity.resolve_reference` with ``load=False``:
+    a student's names are never imported here); None if none."""
     if dotted.split(".")[0] not in ("attnbook", "torch", "numpy"):
         return None
-    return resolve_loaded(dotted)
+    try:
+        return resolve_reference(dotted, load=False)
+    except Exception:  # noqa: BLE001 - any attribute a student names may raise anything when read
+        return None
 
 
 class Analyzer:

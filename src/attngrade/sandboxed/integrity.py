@@ -140,26 +140,35 @@ class ForbiddenReference(Exception):
 # --------------------------------------------------------------------------- resolving names
 
 
-def resolve_reference(dotted: str) -> Any:
-    """The object a dotted name refers to, as ``from a.b import c`` would give it: an attribute
-    wins over a submodule of the same name (``attnbook.attention`` is the function, not the module)."""
+def resolve_reference(dotted: str, *, load: bool = True) -> Any:
+    """The object a dotted name refers to (``attnbook.core.masks.causal_mask``): the first part is a
+    module, each next part an attribute of the object before it or, where it is none, a submodule.
+
+    The one resolver of the grader: the run-time guard, the sandbox's view (which stubs what it
+    finds) and the static reading of a notebook all use it. In ``attnbook`` no submodule shares its
+    dotted name with a function, so "attribute" and "submodule" never disagree. With ``load=False``
+    nothing is imported: a module that is not imported yet is not found (the static reading names
+    whatever a student writes, and must not import it). Raises ``ImportError`` or
+    ``AttributeError`` when the name does not resolve.
+    """
     parts = dotted.split(".")
-    obj = importlib.import_module(parts[0])
-    for i, part in enumerate(parts[1:], start=1):
-        if hasattr(obj, part):
+    obj: Any = importlib.import_module(parts[0]) if load else sys.modules.get(parts[0])
+    if obj is None:
+        raise ModuleNotFoundError(f"{parts[0]} is not imported")
+    for i, part in enumerate(parts[1:], start=2):
+        try:
             obj = getattr(obj, part)
             continue
-        # ``attnbook.online_softmax.online_normalizer``: the package attribute ``online_softmax`` is
-        # a function that shadows its module; the name is then looked up in the module itself
-        prefix = ".".join(parts[:i])
-        module = sys.modules.get(prefix)
-        if module is None:
-            with contextlib.suppress(ImportError):
-                module = importlib.import_module(prefix)
-        if module is not None and hasattr(module, part):
-            obj = getattr(module, part)
+        except AttributeError:
+            if not isinstance(obj, types.ModuleType):
+                raise
+        name = ".".join(parts[:i])
+        if name in sys.modules:
+            obj = sys.modules[name]
+        elif load:
+            obj = importlib.import_module(name)
         else:
-            obj = importlib.import_module(".".join(parts[: i + 1]))
+            raise AttributeError(f"{'.'.join(parts[: i - 1])} has no attribute {part!r} (or it is not imported)")
     return obj
 
 

@@ -13,8 +13,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..validators import check_attention_inputs
+from .masks import apply_mask, mask_like_scores
 from .softmax import softmax
-from .validators import check_attention_inputs
 
 
 # S = Q K^T * scale,   scale = 1 / sqrt(d_k) by default
@@ -23,17 +24,6 @@ def attention_scores(query: torch.Tensor, key: torch.Tensor, scale: float | None
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
     return query @ key.transpose(-2, -1) * scale  # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
-
-
-# mask_M(S)_ij = S_ij if M_ij else -inf     (bool keep-mask)
-# mask_M(S)_ij = S_ij + M_ij                (additive float mask)
-def apply_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Masked scores (chapter 2): ``-inf`` where a boolean keep-mask is False; ``+ mask`` for a float mask."""
-    if mask is None:
-        return scores
-    if mask.dtype == torch.bool:
-        return scores.masked_fill(~mask, -math.inf)
-    return scores + mask
 
 
 # Attention(Q, K, V) = softmax(mask(Q K^T / sqrt(d_k))) V
@@ -69,7 +59,8 @@ def attention(
         ``(output, weights)``: output (..., n, d_v) and weights (..., n, m), or
         ``(output, None)`` when ``need_weights`` is False.
     """
-    _, mask = check_attention_inputs(query, key, value, mask)
+    check_attention_inputs(query, key, value, mask)
+    mask = mask_like_scores(mask, query.dtype)  # a float mask in the dtype of the scores
     if not need_weights:
         return _fused_attention(query, key, value, mask, scale), None
     scores = apply_mask(attention_scores(query, key, scale), mask)  # (..., n, m)

@@ -24,7 +24,7 @@ import math
 
 import torch
 
-from .validators import check_floating, check_sizes
+from ..validators import check_floating, check_sizes
 
 
 def _check_block_size(block_size: object, name: str = "block_size") -> None:

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from .validators import check_number, check_shapes
+from ..validators import check_number, check_shapes
 
 
 # softmax_beta(s)_j = exp(beta s_j) / sum_u exp(beta s_u)

@@ -10,8 +10,9 @@ import math
 
 import torch
 
-from .attention import apply_mask, attention_scores
-from .validators import check_attention_inputs
+from ..validators import check_attention_inputs
+from .attention import attention_scores
+from .masks import apply_mask, mask_like_scores
 
 
 # j*(i) = argmax_j mask(q_i . k_j)   (the first such j on ties)
@@ -44,7 +45,8 @@ def hard_attention(
     Returns:
         ``(output, weights)``: output (..., n, d_v) and one-hot weights (..., n, m).
     """
-    score_shape, mask = check_attention_inputs(query, key, value, mask)
+    score_shape = check_attention_inputs(query, key, value, mask)
+    mask = mask_like_scores(mask, query.dtype)  # a float mask in the dtype of the scores
     scores = apply_mask(attention_scores(query, key, scale=1.0), mask)  # (..., n, m)
     scores = scores.expand(score_shape)  # (..., n, m), a broadcast mask may have added batch dims
     if score_shape[-1] == 0:

@@ -1,4 +1,20 @@
-"""Masks in the row convention: True means "this query may attend to this key" (chapter 2)."""
+"""Masks in the row convention, in one place (chapter 2): what a mask is, how it is read, how it is applied.
+
+* **Layouts.** A *keep-mask* is boolean, True where query i may attend to key j (the meaning of
+  :func:`attnbook.attention` and of ``scaled_dot_product_attention``); a *block-mask* is its
+  negation (``nn.MultiheadAttention``); an *additive* mask is a float tensor added to the scores,
+  0 where allowed and ``-inf`` where blocked. :func:`causal_mask` and :func:`padding_mask` build
+  keep-masks; :func:`keep_to_block`, :func:`block_to_keep`, :func:`keep_to_additive` and
+  :func:`additive_to_keep` convert between the three.
+* **Multi-head layouts.** A mask of multi-head attention is read by its number of dimensions:
+  (n, m), (batch, n, m) or (batch, heads, n, m) (:func:`heads_mask`, used by
+  :class:`attnbook.MultiHeadAttention` and the models of :mod:`attnbook.models`).
+* **Meeting the scores.** :func:`mask_like_scores` gives a float mask the scores' dtype (a
+  boolean one stays boolean) and :func:`apply_mask` applies either kind to the scores.
+
+Checking a mask (its dtype, device and shape) is :func:`attnbook.validators.check_mask`'s job;
+this module converts and applies.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +23,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .validators import check_dtype, check_lengths, check_one_of, check_shapes, check_sizes, check_values
+from ..validators import check_dtype, check_lengths, check_mask, check_one_of, check_shapes, check_sizes, check_values
 
 _ALIGNS = ("upper_left", "lower_right")
 
@@ -141,3 +157,82 @@ def additive_to_keep(additive: torch.Tensor) -> torch.Tensor:
     )
     blocked = additive == -math.inf
     return ~blocked
+
+
+# ---------------------------------------------------------------- a mask meets the scores
+
+
+# M -> M (a boolean keep-mask),   M -> M in the dtype of the scores (an additive float mask)
+def mask_like_scores(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """The mask ready to be applied to scores of ``dtype`` (chapter 2): a boolean keep-mask as it is,
+    a float mask cast to ``dtype`` (so that adding it leaves the scores in their own dtype).
+
+    Args:
+        mask: None, a boolean keep-mask or an additive float mask (checked by
+            :func:`attnbook.validators.check_mask`).
+        dtype: the floating dtype of the scores (that of the queries).
+    """
+    if mask is None or mask.dtype == torch.bool:
+        return mask
+    return mask.to(dtype)
+
+
+# mask_M(S)_ij = S_ij if M_ij else -inf     (bool keep-mask)
+# mask_M(S)_ij = S_ij + M_ij                (additive float mask)
+def apply_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    r"""Masked scores (chapter 2): ``-inf`` where a boolean keep-mask is False; ``+ mask`` for a float mask.
+
+    .. math:: \operatorname{mask}_M(S)_{ij} = \begin{cases} S_{ij} & M_{ij} \\ -\infty & \lnot M_{ij}
+              \end{cases} \quad\text{(keep-mask)}, \qquad \operatorname{mask}_A(S) = S + A
+              \quad\text{(additive)}
+
+    scores (..., n, m); mask broadcastable to (..., n, m), or None (the scores unchanged).
+    """
+    if mask is None:
+        return scores
+    if mask.dtype == torch.bool:
+        return scores.masked_fill(~mask, -math.inf)
+    return scores + mask
+
+
+# M' = M and K  (a keep-mask M),   M' = M where K, else -inf  (an additive mask M)
+def restrict_mask(mask: torch.Tensor | None, keep: torch.Tensor) -> torch.Tensor:
+    """A mask that allows what both ``mask`` and the keep-mask ``keep`` allow (chapter 2): their
+    "and" for a boolean ``mask``, ``-inf`` where ``keep`` is False for an additive one, ``keep``
+    itself when ``mask`` is None. The shapes broadcast, e.g. a causal (n, n) against
+    (batch, heads, n, n)."""
+    if mask is None:
+        return keep
+    if mask.dtype == torch.bool:
+        return mask & keep
+    return mask.masked_fill(~keep, -math.inf)
+
+
+# (n, m) -> (1, 1, n, m),   (batch, n, m) -> (batch, 1, n, m),   (batch, heads, n, m) as it is
+def heads_mask(
+    mask: torch.Tensor | None, batch: int, heads: int, n: int, m: int, like: torch.Tensor
+) -> torch.Tensor | None:
+    """A mask of multi-head attention, read by its number of dimensions, checked and returned with
+    four (chapter 3): ``(batch or 1, heads or 1, n, m)``, in the dtype of ``like`` if floating.
+
+    The three layouts: (n, m) for every sequence and head; (batch, n, m) per sequence, shared by
+    the heads (a padding mask is ``padding_mask(lengths)[:, None, :]``); (batch, heads, n, m) per
+    sequence and head. Size-1 axes broadcast. A 3-D mask is never read as (heads, n, m). This is
+    the one place that rule lives: :class:`attnbook.MultiHeadAttention` and the models of
+    :mod:`attnbook.models` read their masks through it.
+
+    Args:
+        mask: None (returned as it is), a boolean keep-mask or an additive float mask.
+        batch, heads, n, m: the sizes of the scores (batch, heads, n, m).
+        like: a tensor with the dtype and device of the scores (the queries).
+    """
+    if mask is None:
+        return None
+    layouts = {"(n, m)": (n, m), "(batch, n, m)": (batch, n, m), "(batch, heads, n, m)": (batch, heads, n, m)}
+    check_mask(mask, layouts, like.device)
+    mask = mask_like_scores(mask, like.dtype)
+    if mask.ndim == 2:
+        return mask[None, None]  # (1, 1, n, m): the same for every sequence and head
+    if mask.ndim == 3:
+        return mask.unsqueeze(1)  # (batch, 1, n, m): the same for every head
+    return mask  # (batch, heads, n, m)

@@ -3,7 +3,7 @@ r"""Tiled attention: attention one tile of scores at a time, without the n x m m
 The loop of FlashAttention, written with PyTorch operations instead of one fused kernel, so it
 shows the memory saving but not the speed. The queries are cut into blocks :math:`Q_i` of
 ``block_size`` rows (the outer loop) and the keys and values into blocks :math:`K_j, V_j` (the
-inner loop). For one block of queries the online softmax (:mod:`attnbook.online_softmax`) keeps,
+inner loop). For one block of queries the online softmax (:mod:`attnbook.efficient.online_softmax`) keeps,
 per query, a running maximum :math:`M`, a running normaliser :math:`L` and a running
 *unnormalised output* :math:`O`; after key block :math:`j`
 
@@ -36,8 +36,9 @@ from typing import NamedTuple
 
 import torch
 
+from ..core.masks import apply_mask, mask_like_scores
+from ..validators import check_attention_inputs, check_sizes, check_type
 from .online_softmax import _check_block_size, block_exponentials, rescale_factor, running_max, running_sum
-from .validators import check_attention_inputs, check_sizes, check_type
 
 
 class Tile(NamedTuple):
@@ -91,8 +92,8 @@ def running_output(
 
     Args:
         previous_output: :math:`O_{t-1}` (..., n, d_v), zeros before the first block.
-        alpha: :func:`attnbook.online_softmax.rescale_factor` (..., n).
-        p: :func:`attnbook.online_softmax.block_exponentials` of block t, (..., n, block).
+        alpha: :func:`attnbook.efficient.online_softmax.rescale_factor` (..., n).
+        p: :func:`attnbook.efficient.online_softmax.block_exponentials` of block t, (..., n, block).
         value_block: the values of block t, (..., block, d_v).
     """
     pv = p.to(value_block.dtype) @ value_block  # (..., n, block) @ (..., block, d_v) -> (..., n, d_v)
@@ -119,7 +120,7 @@ def _masked_tile(
         rows = queries if mask.shape[-2] != 1 else slice(None)  # a size-1 axis broadcasts: keep it whole
         cols = keys if mask.shape[-1] != 1 else slice(None)
         part = mask[..., rows, cols]  # (..., block or 1, block or 1)
-        scores = scores.masked_fill(~part, -math.inf) if part.dtype == torch.bool else scores + part
+        scores = apply_mask(scores, part)  # (..., block, block)
     if causal and keys.stop - 1 > queries.start:  # the diagonal cuts through this tile
         i = torch.arange(queries.start, queries.stop, device=scores.device).unsqueeze(-1)  # (block, 1)
         j = torch.arange(keys.start, keys.stop, device=scores.device)  # (block,)
@@ -162,7 +163,8 @@ def tiled_attention(
         The output (..., n, d_v). A query with no key to attend to gets zeros. In float16 and
         bfloat16 the running statistics are kept in float32, as fused kernels do.
     """
-    score_shape, mask = check_attention_inputs(query, key, value, mask)
+    score_shape = check_attention_inputs(query, key, value, mask)
+    mask = mask_like_scores(mask, query.dtype)  # a float mask in the dtype of the scores
     check_type("causal", causal, bool)
     _check_block_size(block_size)
     if mask is not None and mask.ndim < 2:
@@ -215,7 +217,7 @@ def attention_rounding_bound(
     (the mask term only for a float mask, over its finite entries), a bound on every score of the
     query, and :math:`\bar v = \max_{j, l} |v_{jl}|`. Any computation of
     :math:`\operatorname{softmax}(\text{mask}(\text{scale}\, q_i K^\top)) V` by dot products,
-    a softmax over at most ``blocks`` blocks (:func:`attnbook.online_softmax.softmax_rounding_bound`)
+    a softmax over at most ``blocks`` blocks (:func:`attnbook.efficient.online_softmax.softmax_rounding_bound`)
     and a weighted sum of the values rescaled as often (the explicit formula and the fused kernel
     with ``blocks = 1``, :func:`tiled_attention` with one block per tile of keys) is within
 
@@ -239,7 +241,8 @@ def attention_rounding_bound(
     Returns:
         The bound for each query, shape (..., n, 1): it broadcasts against the output (..., n, d_v).
     """
-    score_shape, mask = check_attention_inputs(query, key, value, mask)
+    score_shape = check_attention_inputs(query, key, value, mask)
+    mask = mask_like_scores(mask, query.dtype)  # a float mask in the dtype of the scores
     _check_block_size(blocks, "blocks")
     if scale is None:
         scale = 1.0 / math.sqrt(query.shape[-1])
