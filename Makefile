@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 # Jupyter refuses to start as root unless told it may
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: system setup book test test-quick lint lab clean assignments bench publish release check-seeds check-otter
+.PHONY: system setup book test test-quick lint lab clean assignments bench publish release check-seeds check-otter bench-flash
 
 # Debian/Ubuntu packages: bubblewrap (the grader's sandboxes) and chromium (the browser test).
 # Installed with apt-get as root, or through sudo; skipped when both are already there.
@@ -59,6 +59,9 @@ bench: setup  ## time attnbook against PyTorch's kernels on this machine's devic
 
 release: book  ## the student-facing course in dist/course: site, package wheel/sdist, student notebooks, public source; no masters, hidden tests or mutants (RELEASE_ARGS=--out DIR)
 	$(BIN)/python -m attngrade release $(RELEASE_ARGS)
+
+bench-flash: setup  ## time FlashAttention (Triton kernels and PyTorch tiles) against PyTorch's SDPA and the plain formula, forward and forward+backward (BENCH_ARGS=--quick for a smoke run; on a GPU: n 512 to 16k, bfloat16)
+	$(BIN)/python -m attnbook.kernels.bench_flash $(BENCH_ARGS)
 
 publish: book  ## push the built site to the gh-pages branch of the repository (GitHub Pages; Colab buttons open its notebooks)
 	$(BIN)/ghp-import --no-jekyll --push --force _build/html

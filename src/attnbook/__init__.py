@@ -8,6 +8,12 @@ device and in the dtype of the inputs. The public functions are re-exported here
   (every mask layout, its conversion to the scores' dtype, :func:`apply_mask`), ``core.attention``,
   ``core.hard_attention``;
 * :mod:`attnbook.efficient`: chapter 8's ``efficient.online_softmax`` and ``efficient.tiled_attention``;
+* :mod:`attnbook.kernels`: chapter 11's backward pass (``kernels.attention_backward``) and
+  FlashAttention-2's forward and backward in PyTorch tiles (``kernels.flash_attention``,
+  :class:`FlashAttention`) and as Triton kernels (``kernels.flash_triton``,
+  :class:`FlashAttentionTriton`). Importing it sets ``TRITON_INTERPRET=1`` on a machine without
+  CUDA when the variable is unset, so that Triton's interpreter runs the kernels on the CPU (triton
+  itself is imported only when a kernel first runs);
 * one module per topic at the top: ``scoring``, ``multi_head_attention``, ``positional_encoding``,
   ``permutations``, ``equivariance``, ``kv_cache``, ``rotary``, ``grouped_query``,
   ``sliding_window``, ``alibi``, ``interpretability``; :mod:`attnbook.formal` the column-convention
@@ -21,7 +27,7 @@ No module shares its dotted name with a function: ``attnbook.softmax`` is the fu
 module is ``attnbook.core.softmax``.
 """
 
-from . import formal, interpretability, models, tasks, training
+from . import formal, interpretability, kernels, models, tasks, training
 from .alibi import alibi_bias, alibi_bias_for_positions, alibi_slopes
 from .core.attention import attention, attention_scores
 from .core.hard_attention import hard_attention
@@ -40,6 +46,20 @@ from .efficient.online_softmax import online_softmax
 from .efficient.tiled_attention import tiled_attention
 from .equivariance import best_equivariant_accuracy, equivariant_accuracy, equivariant_accuracy_bound
 from .grouped_query import grouped_query_attention, kv_cache_bytes
+from .kernels.attention_backward import attention_backward, backward_delta, log_sum_exp, probabilities_from_lse
+from .kernels.flash_attention import (
+    FlashAttention,
+    flash_attention,
+    flash_attention_backward,
+    flash_attention_forward,
+    flash_attention_tiles,
+)
+from .kernels.flash_triton import (
+    FlashAttentionTriton,
+    flash_attention_triton,
+    flash_triton_backward,
+    flash_triton_forward,
+)
 from .kv_cache import KVCache
 from .multi_head_attention import MultiHeadAttention
 from .permutations import is_permutation_matrix, permutation_matrix, random_permutation, random_permutation_matrix
@@ -66,6 +86,20 @@ __all__ = [
     "sliding_window_mask",
     "KVCache",
     "MultiHeadAttention",
+    "FlashAttention",
+    "FlashAttentionTriton",
+    "attention_backward",
+    "backward_delta",
+    "flash_attention",
+    "flash_attention_backward",
+    "flash_attention_forward",
+    "flash_attention_tiles",
+    "flash_attention_triton",
+    "flash_triton_backward",
+    "flash_triton_forward",
+    "kernels",
+    "log_sum_exp",
+    "probabilities_from_lse",
     "online_softmax",
     "tiled_attention",
     "additive_to_keep",
