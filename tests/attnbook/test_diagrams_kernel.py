@@ -1,0 +1,100 @@
+"""The diagram of chapter 11 (attnbook.diagrams.kernel): the loop orders of the forward and backward kernels.
+
+It is a function returning a Figure with alt text; these tests check that it draws what the code
+does (the T(T - 1)/2 tiles skipped under the causal mask, the forward's outer
+loop runs down the query blocks and the backward's across the key blocks, what each pass keeps on
+chip), that it renders on a transparent background behind an opaque panel (light and dark themes),
+and that the chapter opens with it and repeats its alt text.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import FancyBboxPatch, Rectangle  # noqa: E402
+
+from attnbook.diagrams.kernel import MEMORY, draw_kernel_loops  # noqa: E402
+from attnbook.diagrams.style import alt_text, blocks_in, labels_in  # noqa: E402
+
+from ..figures import close_figures, png  # noqa: E402, F401  (close_figures: autouse)
+from ..paths import BOOK  # noqa: E402
+
+CHAPTER = "11_attention_as_a_kernel.md"
+
+
+def test_the_diagram_is_a_figure_with_alt_text_on_an_opaque_panel():
+    fig = draw_kernel_loops()
+    assert isinstance(fig, Figure)
+    assert len(alt_text(fig)) > 80  # a real description, not a title
+    image = png(fig, transparent=True)
+    assert image.shape[-1] == 4
+    assert image[0, 0, 3] == 0  # the corner is transparent ...
+    h, w = image.shape[:2]
+    assert image[h // 2, w // 2, 3] == 1  # ... around an opaque panel
+    dark = png(fig, facecolor="#111111")
+    assert dark[h // 2, 8, :3].mean() > 0.8  # the panel stays light on a dark page
+
+
+@pytest.mark.parametrize("blocks, outer, inner", [(4, 2, 1), (3, 0, 0), (5, 4, 4), (1, 0, 0)])
+def test_the_loops_and_the_skipped_tiles(blocks, outer, inner):
+    fig = draw_kernel_loops(blocks, outer, inner)
+    assert blocks_in(fig).count("forward tiles") == 1 and blocks_in(fig).count("backward tiles") == 1
+    labels = labels_in(fig)
+    assert "forward: query blocks outside" in labels and "backward: key blocks outside" in labels
+    # the forward's outer loop runs down the query blocks (drawn vertically), the backward's across the keys
+    loops = {t.get_text(): t.get_rotation() for t in fig.axes[0].texts if t.get_text().endswith(" loop")}
+    assert sorted(labels).count("outer loop") == 2 and sorted(labels).count("inner loop") == 2
+    vertical = [t.get_text() for t in fig.axes[0].texts if t.get_text().endswith(" loop") and t.get_rotation() == 90]
+    assert vertical == ["outer loop", "inner loop"]  # forward panel first, then backward
+    assert set(loops) == {"outer loop", "inner loop"}
+    for b in range(1, blocks + 1):
+        assert labels.count(f"$Q_{{{b}}}$") == 2 and labels.count(f"$K_{{{b}}}$") == 2
+    hatched = [p for p in fig.axes[0].patches if isinstance(p, Rectangle) and p.get_hatch()]
+    assert len(hatched) == 2 * blocks * (blocks - 1) // 2  # T(T - 1)/2 skipped tiles per panel
+    assert f"the {blocks * (blocks - 1) // 2} tiles above the diagonal" in alt_text(fig)
+
+
+def test_what_lives_in_fast_memory():
+    fig = draw_kernel_loops()
+    labels = labels_in(fig)
+    for name in ("forward", "backward"):
+        for speed in ("fast", "slow"):
+            heading, lines = MEMORY[name][speed]
+            assert heading in labels and all(line in labels for line in lines)
+    boxes = {p.get_gid() for p in fig.axes[0].patches if isinstance(p, FancyBboxPatch) and p.get_gid()}
+    assert {"memory:forward:fast", "memory:forward:slow", "memory:backward:fast", "memory:backward:slow"} <= boxes
+    assert any("$L_i$" in line for line in MEMORY["forward"]["slow"][1])  # the forward saves L
+    assert any("dQ_i$ +=" in line for line in MEMORY["backward"]["slow"][1])  # dQ is accumulated
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: draw_kernel_loops(0), ValueError, r"blocks must be > 0"),
+        (lambda: draw_kernel_loops(4, 4, 0), ValueError, r"outer must be a block index in \[0, 4\)"),
+        (lambda: draw_kernel_loops(4, 1, 2), ValueError, "inner = 2 > outer = 1"),
+        (lambda: draw_kernel_loops(2.0), TypeError, "blocks must be an int"),
+    ],
+)
+def test_bad_arguments(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_the_chapter_opens_with_the_diagram_and_its_alt_text():
+    jupytext = pytest.importorskip("jupytext")
+    notebook = jupytext.read(BOOK / CHAPTER)
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    cells = [c for c in code if "draw_kernel_loops(" in c.source]
+    assert len(cells) == 1, f"{CHAPTER} should draw its diagram in one cell"
+    cell = cells[0]
+    assert code.index(cell) <= 2, "the diagram opens the chapter: right after the imports"
+    namespace = {"plt": type("NoShow", (), {"show": staticmethod(lambda: None)})}
+    exec(cell.source, namespace)
+    alt = cell.metadata["mystnb"]["image"]["alt"]
+    assert " ".join(alt.split()) == alt_text(namespace["fig"])
+    assert cell.metadata["mystnb"]["figure"]["caption"]
