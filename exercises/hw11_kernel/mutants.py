@@ -1,0 +1,71 @@
+"""Wrong solutions of homework 11 (the backward pass of attention, tile by tile), each of which the
+tests must catch.
+
+MUTANTS maps a name to (the question that must lose points, an exact piece of the solutions' code
+that occurs once, its replacement): one-line edits of the master's solutions, the mistakes
+students make (tests/homework/test_mutations.py grades each).
+"""
+
+MUTANTS = {
+    # q1: D = rowsum(dO * O)
+    "delta: summed over the queries": ("q1", "return torch.sum(dO * O, dim=-1)", "return torch.sum(dO * O, dim=-2)"),
+    "delta: row sum of O alone": ("q1", "return torch.sum(dO * O, dim=-1)", "return torch.sum(O, dim=-1)"),
+    "delta: matrix product instead of entry by entry": ("q1",
+        "return torch.sum(dO * O, dim=-1)", "return torch.sum(dO @ O.transpose(-2, -1), dim=-1)"),
+    "delta: computed in float32": ("q1", "return torch.sum(dO * O, dim=-1)", "return torch.sum(dO.float() * O.float(), dim=-1)"),
+    # q2: the plain backward pass
+    "plain: missing 1/sqrt(d_k) in dQ": ("q2", "dQ = dS @ K * scale", "dQ = dS @ K"),
+    "plain: missing 1/sqrt(d_k) in dK": ("q2", "dK = dS.transpose(-2, -1) @ Q * scale", "dK = dS.transpose(-2, -1) @ Q"),
+    "plain: scaled by 1/sqrt(d_v)": ("q2",
+        "scale = 1 / math.sqrt(Q.shape[-1])\n    S = Q @", "scale = 1 / math.sqrt(V.shape[-1])\n    S = Q @"),
+    "plain: dS without subtracting D": ("q2", "dS = P * (dP - D)", "dS = P * dP"),
+    "plain: D = rowsum(P)": ("q2", "D = (P * dP).sum(dim=-1, keepdim=True)", "D = P.sum(dim=-1, keepdim=True)"),
+    "plain: dV = P dO": ("q2", "dV = P.transpose(-2, -1) @ dO", "dV = P @ dO"),
+    "plain: causal ignored": ("q2", "    if causal:\n        n, m = S.shape", "    if False:\n        n, m = S.shape"),
+    "plain: causal mask transposed": ("q2",
+        "after = torch.arange(m, device=Q.device) > torch.arange(n, device=Q.device).unsqueeze(-1)",
+        "after = (torch.arange(n, device=Q.device) > torch.arange(m, device=Q.device).unsqueeze(-1)).transpose(-2, -1)"),
+    "plain: masked scores -1e9 instead of -inf": ("q2", "S = S.masked_fill(after, -math.inf)", "S = S.masked_fill(after, -1e9)"),
+    "plain: softmax over the queries": ("q2", "P = torch.softmax(S, dim=-1)", "P = torch.softmax(S, dim=-2)"),
+    "plain: scores in float32": ("q2",
+        "S = Q @ K.transpose(-2, -1) * scale", "S = (Q.float() @ K.float().transpose(-2, -1) * scale).to(Q.dtype)"),
+    "plain: autograd inside the answer": ("q2",
+        "@ Q * scale  # (..., m, n) @ (..., n, d_k)\n    return dQ, dK, dV",
+        "@ Q * scale  # (..., m, n) @ (..., n, d_k)\n    return autograd_gradients(Q, K, V, dO, causal)"),
+    # q3: the tiled backward pass
+    "tiled: D from P * dP over the tile only": ("q3",
+        "dS = P * (dP - D[..., q0:q0 + rows].unsqueeze(-1))", "dS = P * (dP - (P * dP).sum(dim=-1, keepdim=True))"),
+    "tiled: D = rowsum(dO) (O forgotten)": ("q3", "D = torch.sum(dO * O, dim=-1)", "D = dO.sum(dim=-1)"),
+    "tiled: dS without subtracting D": ("q3", "dS = P * (dP - D[..., q0:q0 + rows].unsqueeze(-1))", "dS = P * dP"),
+    "tiled: missing 1/sqrt(d_k) in dQ": ("q3",
+        "dQ[..., q0:q0 + rows, :] += dS @ K_j * scale", "dQ[..., q0:q0 + rows, :] += dS @ K_j"),
+    "tiled: missing 1/sqrt(d_k) in dK": ("q3",
+        "dK_j = dK_j + dS.transpose(-2, -1) @ Q_i * scale", "dK_j = dK_j + dS.transpose(-2, -1) @ Q_i"),
+    "tiled: dQ overwritten instead of accumulated": ("q3",
+        "dQ[..., q0:q0 + rows, :] += dS @ K_j * scale", "dQ[..., q0:q0 + rows, :] = dS @ K_j * scale"),
+    "tiled: dV = P dO": ("q3", "dV_j = dV_j + P.transpose(-2, -1) @ dO_i", "dV_j = dV_j + P @ dO_i"),
+    "tiled: P without the saved L's shift (exp(S) / exp(L) overflows)": ("q3",
+        "P = torch.exp(S - L[..., q0:q0 + rows].unsqueeze(-1))", "P = torch.exp(S) / torch.exp(L[..., q0:q0 + rows]).unsqueeze(-1)"),
+    "tiled: each tile normalised on its own": ("q3",
+        "P = torch.exp(S - L[..., q0:q0 + rows].unsqueeze(-1))", "P = torch.softmax(S, dim=-1)"),
+    "tiled: causal mask forgotten on the diagonal tiles": ("q3",
+        "if causal and kv0 + cols - 1 > q0:", "if False:"),
+    "tiled: masked scores -1e9 instead of -inf": ("q3",
+        "S = S.masked_fill(k_pos > q_pos.unsqueeze(-1), -math.inf)", "S = S.masked_fill(k_pos > q_pos.unsqueeze(-1), -1e9)"),
+    "tiled: causal skip one tile late (off by one)": ("q3",
+        "if causal and kv0 > q0 + rows - 1:", "if causal and kv0 > q0 + rows:"),
+    "tiled: causal skip one tile early (off by one)": ("q3",
+        "if causal and kv0 > q0 + rows - 1:", "if causal and kv0 >= q0 + rows - 1:"),
+    "tiled: causal tiles computed and masked, not skipped": ("q3",
+        "if causal and kv0 > q0 + rows - 1:", "if False:"),
+    "tiled: last, shorter block of keys dropped": ("q3",
+        "for kv0 in range(0, m, block_size):", "for kv0 in range(0, m - block_size + 1, block_size):"),
+    "tiled: last, shorter block of queries dropped": ("q3",
+        "for q0 in range(0, n, block_size):", "for q0 in range(0, n - block_size + 1, block_size):"),
+    "tiled: scores computed in float32": ("q3",
+        "S = Q_i @ K_j.transpose(-2, -1) * scale", "S = Q_i.float() @ K_j.float().transpose(-2, -1) * scale"),
+    "tiled: dQ made without dtype= (float32)": ("q3", "dQ = torch.zeros_like(Q)", "dQ = torch.zeros(Q.shape, device=Q.device)"),
+    "tiled: one tile for everything (whole (n, m) matrices)": ("q3",
+        "n, m = Q.shape[-2], K.shape[-2]\n    scale = 1 / math.sqrt(Q.shape[-1])\n    D =",
+        "n, m = Q.shape[-2], K.shape[-2]; block_size = max(n, m)\n    scale = 1 / math.sqrt(Q.shape[-1])\n    D ="),
+}
