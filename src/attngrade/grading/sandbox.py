@@ -32,6 +32,7 @@ import time
 from typing import Any
 
 from ..sandboxed import protocol
+from ..sandboxed.integrity import forbidden_what
 from .view import MOUNT, View, bwrap_arguments, instructor_paths
 
 #: uids handed to sandboxes when the grader runs as root (a random one per worker)
@@ -434,8 +435,7 @@ class Session:
             for t in tampered[:3]:
                 self.tampered.append(f"`{name}`: {str(t)[:200]}")
         if reply.get("forbidden"):
-            refs = ", ".join(str(r) for r in list(reply["forbidden"])[:5])
-            raise ForbiddenCall(refs)
+            raise ForbiddenCall([str(r) for r in list(reply["forbidden"])[:5]])
         if not reply["ok"]:
             raise SandboxError("raised " + str(reply.get("error", "an error"))[:2000])
         args_after = reply.get("args")
@@ -453,12 +453,9 @@ class Session:
 class ForbiddenCall(SandboxError):
     """The student's function ran a reference implementation the homework asks them to write."""
 
-    def __init__(self, refs: str):
-        super().__init__(
-            f"ran {refs}, the reference implementation this homework asks you to write "
-            f"(decided from what your function executed); this test scores 0"
-        )
-        self.refs = refs
+    def __init__(self, refs: list[str]):
+        super().__init__(f"ran {forbidden_what(refs)} (decided from what your function executed); this test scores 0")
+        self.refs = ", ".join(refs)
 
 
 class StudentFunction:

@@ -233,6 +233,28 @@ def _op_name(func: Any) -> str | None:
 # --------------------------------------------------------------------------- the guard
 
 
+#: forbidden names that are a tool, not a reference implementation: the answer may not use them
+AUTOGRAD_PREFIXES = ("torch.autograd", "torch.func")
+
+
+def forbidden_what(hits: list[str]) -> str:
+    """What the student's function ran, in the words of the feedback: the reference implementations
+    the homework asks them to write, or automatic differentiation where it asks for the gradient."""
+
+    def listed(names: list[str]) -> str:
+        return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+    tools = [h for h in hits if h.startswith(AUTOGRAD_PREFIXES)]
+    references = [h for h in hits if h not in tools]
+    parts = []
+    if references:
+        noun = "the reference implementation" if len(references) == 1 else "reference implementations"
+        parts.append(f"{listed(references)}, {noun} this homework asks you to write")
+    if tools:
+        parts.append(f"{listed(tools)}: automatic differentiation, which this homework asks you not to use")
+    return "; and ".join(parts)
+
+
 class Guard:
     """Watches calls of a student's function for the forbidden references of one homework.
 
@@ -306,14 +328,9 @@ class Guard:
 
     def message(self, name: str) -> str:
         """What to tell the student whose function ``name`` ran :attr:`hits`."""
-        hits = self.hits
-        if not hits:
+        if not self.hits:
             return f"`{name}` ran no forbidden reference"
-        if len(hits) == 1:
-            what = f"{hits[0]}, the reference implementation"
-        else:
-            what = f"{', '.join(hits[:-1])} and {hits[-1]}, reference implementations"
-        return f"`{name}` ran {what} this homework asks you to write; this test scores 0"
+        return f"`{name}` ran {forbidden_what(self.hits)}; this test scores 0"
 
     def _record(self, label: str, frame: Any = None) -> None:
         """Count ``label``, unless it runs inside another forbidden reference (whose hit says it)."""
