@@ -10,7 +10,8 @@ ones by their worst row or slice). It also names the likely mistake:
   same inputs) when the student's result matches it;
 * a few generic ones, found cheaply: a row that should be all zeros (a query that may see no key)
   but came back uniform, non-zero or ``nan``; a result that is the transpose of the expected one,
-  or a constant multiple of it; a dtype other than the inputs'; an input modified in place (the
+  or a constant multiple of it; a mask that is its negation (the other polarity); values right only
+  to a lower precision; a dtype other than the inputs'; an input modified in place (the
   homework asks that inputs stay unchanged, so that alone fails the check).
 
 Every failure message ends by saying, once, that hidden tests run at grading. Messages never hold
@@ -310,13 +311,17 @@ def _zero_row_diagnosis(got: torch.Tensor, expected: torch.Tensor) -> str | None
     shown = " ".join(_fmt(v, "float") for v in row[:MAX_ENTRIES].tolist()) + (
         " ..." if row.numel() > MAX_ENTRIES else ""
     )
+    # a uniform row of finite weights-like values (an infinite one is no softmax's output)
+    uniform = bool((row == row[0]).all()) and bool(torch.isfinite(row).all())
     start = (
         f"{where} should be all zeros (in attention: a query that may see no key), "
-        f"got {'a uniform row' if bool((row == row[0]).all()) else 'a row with nan' if bool(torch.isnan(row).any()) else 'a non-zero row'} [{shown}]"
+        f"got {'a uniform row' if uniform else 'a row with nan' if bool(torch.isnan(row).any()) else 'a non-zero row'} [{shown}]"
     )
+    if bool(torch.isinf(row).any()):  # no weights nor outputs of attention: the fact alone
+        return start
     if bool(torch.isnan(row).any()):
         return start + ": a softmax over a row that is entirely -inf gives nan; return zeros for such a row"
-    if bool((row == row[0]).all()):
+    if uniform:
         return (
             start + ": masked scores filled with a large negative number (such as -1e9) instead of -inf "
             "leave a fully masked row uniform after the softmax"
@@ -337,8 +342,22 @@ def _transpose_diagnosis(got: torch.Tensor, expected: torch.Tensor, **tolerance:
     return None
 
 
+def _negation_diagnosis(got: torch.Tensor, expected: torch.Tensor) -> str | None:
+    """A boolean result that is the negation of the expected one: a mask of the other polarity."""
+    if got.dtype != torch.bool or expected.dtype != torch.bool or got.shape != expected.shape or not got.numel():
+        return None
+    if not bool((got.detach().cpu() == ~expected.detach().cpu()).all()):
+        return None
+    return (
+        "your mask is the negation of the expected one (True and False swapped): "
+        "the wrong polarity? A keep-mask is True where a query may attend"
+    )
+
+
 def _scale_diagnosis(got: torch.Tensor, expected: torch.Tensor, **tolerance: Any) -> str | None:
     if not (got.is_floating_point() and expected.is_floating_point()) or got.shape != expected.shape:
+        return None
+    if expected.numel() < 2:  # any two numbers are multiples of each other
         return None
     g = got.detach().cpu().to(torch.float64)
     e = expected.detach().cpu().to(torch.float64)
@@ -364,14 +383,17 @@ def _precision_diagnosis(got: torch.Tensor, expected: torch.Tensor) -> str | Non
     """Values right only to the precision of a smaller dtype: computed in it somewhere."""
     if not got.is_floating_point() or got.shape != expected.shape:
         return None
+    half = ({"atol": 1e-2, "rtol": 2e-2}, "bfloat16 or float16")
     if expected.dtype == torch.float64:
-        lower, names = {"atol": 1e-5, "rtol": 1e-5}, "float32"
+        candidates = [({"atol": 1e-5, "rtol": 1e-5}, "float32"), half]
     elif expected.dtype == torch.float32:
-        lower, names = {"atol": 1e-2, "rtol": 2e-2}, "bfloat16 or float16"
+        candidates = [half]
     else:
         return None
-    if not _matches(got.to(expected.dtype), expected, **lower):
+    found = [(lower, names) for lower, names in candidates if _matches(got.to(expected.dtype), expected, **lower)]
+    if not found:
         return None
+    names = found[0][1]
     return (
         f"the values are right only to about {names} precision: is part of the computation done in "
         f"{names} (a tensor made without dtype=, or a conversion such as .float())? Compute in the "
@@ -400,9 +422,9 @@ def expect_tensor_like(
         if expected.ndim >= 2 and tuple(got.shape) == tuple(expected.transpose(-2, -1).shape):
             hint = _transpose_diagnosis(got, expected)
             message += (
-                f"\n  {hint}"
+                f"\n{GUESS}{hint}"
                 if hint
-                else "\n  (the shape of the expected result, transposed: rows and columns swapped?)"
+                else f"\n{GUESS}your result has the shape of the expected one transposed: rows and columns swapped?"
             )
         raise CheckFailure(message)
     if check_dtype and got.dtype != expected.dtype:
@@ -430,6 +452,7 @@ def _mismatch_message(
             f"{what}: {int(wrong.sum())} of {wrong.numel()} entries differ; the first at index {index}: "
             f"expected {_fmt(expected[index].item(), _kind(expected))}, got {_fmt(got[index].item(), _kind(got))}\n"
             f"{_show_pair(expected, got, index, wrong)}"
+            + (f"\n{GUESS}{_negation_diagnosis(got, expected)}" if _negation_diagnosis(got, expected) else "")
         )
     if not got.is_floating_point():
         return f"{what}: expected a floating-point tensor ({_dtype_name(expected.dtype)}), got {_dtype_name(got.dtype)}"
@@ -492,12 +515,15 @@ def expect_close(
     # a fact about the result (a row that should be zeros), then guesses at its cause, which a
     # known mistake that explains the result replaces (check_call drops the guesses then)
     zero_row = _zero_row_diagnosis(got, expected) if got.is_floating_point() else None
+    # values right to a lower precision explain any apparent factor (a difference of rounding
+    # errors, as 1e-7 against 1e-16): then the factor is no guess
+    precision = _precision_diagnosis(got, expected)
     guesses = [
         h
         for h in (
             _transpose_diagnosis(got, expected, **tolerance),
-            _scale_diagnosis(got, expected, **tolerance),
-            _precision_diagnosis(got, expected),
+            None if precision else _scale_diagnosis(got, expected, **tolerance),
+            precision,
         )
         if h
     ]
@@ -755,6 +781,9 @@ def softmax_mistakes(dim: int = -1) -> dict[str, Callable[..., torch.Tensor]]:
         e = torch.exp(scaled(S, beta))
         return e / e.sum(dim=dim, keepdim=True)
 
+    def no_shift_guarded(S, *_, beta=1.0, **__):  # rows of -inf give 0, yet exp overflows elsewhere
+        return _softmax_guarded(scaled(S, beta), dim, torch.zeros_like(S.amax(dim=dim, keepdim=True)))
+
     def min_shift(S, *_, beta=1.0, **__):
         S = scaled(S, beta)
         return _softmax_guarded(S, dim, S.amin(dim=dim, keepdim=True))
@@ -767,6 +796,7 @@ def softmax_mistakes(dim: int = -1) -> dict[str, Callable[..., torch.Tensor]]:
     return {
         "a slice that is entirely -inf must give weights 0, not nan (torch.softmax and exp/sum give nan there)": no_guard,
         "subtract the maximum before exp: exp of a large score overflows to inf, and inf / inf is nan": no_shift,
+        "subtract the row's maximum before exp (not nothing, not the minimum): exp of a large score overflows to inf, and inf / inf is nan": no_shift_guarded,
         "did you subtract the minimum instead of the maximum? Only subtracting the maximum keeps exp from overflowing": min_shift,
         "is the softmax over the wrong axis? Each query's weights (over the keys) must sum to 1": other_axis,
     }
