@@ -54,4 +54,17 @@ MUTANTS = {
     "to_additive in float32": ("q4", "return torch.where(keep, zero, minus_inf)", "return torch.where(keep, zero, minus_inf).to(torch.float32)"),
     "from_additive polarity": ("q4", "return additive != -math.inf", "return additive == -math.inf"),
     "from_additive compares in place": ("q4", "return additive != -math.inf", "return additive.ne_(-math.inf).bool()"),
+    # q5: the student writes the test (test_causal_keep_mask); each of these must lose points
+    "student test that always fails": ("q5",
+        "    for n, m in [(1, 1), (3, 3), (2, 5), (5, 2)]:\n",
+        "    assert False, 'not written yet'\n    for n, m in [(1, 1), (3, 3), (2, 5), (5, 2)]:\n"),
+    "student test that never calls the function": ("q5",
+        "got = candidate(n, m)",
+        "got = torch.ones(n, m, dtype=torch.bool).tril()"),
+    "student test that checks only the shape": ("q5",
+        "        assert isinstance(got, torch.Tensor) and got.dtype == torch.bool, f\"expected a boolean tensor, got {got!r}\"\n        assert tuple(got.shape) == (n, m), f\"expected shape {(n, m)}, got {tuple(got.shape)}\"\n        for i in range(n):\n            for j in range(m):\n                assert bool(got[i, j]) == (j <= i), f\"({n}, {m}): entry [{i}, {j}] should be {j <= i}\"\n",
+        "        assert tuple(got.shape) == (n, m), f\"expected shape {(n, m)}, got {tuple(got.shape)}\"\n"),
+    "student test that asserts True": ("q5",
+        "    for n, m in [(1, 1), (3, 3), (2, 5), (5, 2)]:\n        got = candidate(n, m)\n",
+        "    assert True\n    for n, m in []:\n        got = candidate(n, m)\n"),
 }

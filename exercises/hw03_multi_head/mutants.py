@@ -54,4 +54,17 @@ MUTANTS = {
     "sum over heads averages instead of summing": ("q3", "out = out + O[:, h] @ W_h.T", "out = out + O[:, h] @ W_h.T / heads"),
     "sum over heads forgets the output bias": ("q3", "out = b_o", "out = 0"),
     "sum over heads answers in bfloat16": ("q3", "return out", "return out.bfloat16()"),
+    # q4: the student writes the test (test_split_heads); each of these must lose points
+    "student test that always fails": ("q4",
+        "    got = candidate(X, heads)\n",
+        "    assert False, 'not written yet'\n    got = candidate(X, heads)\n"),
+    "student test that never calls the function": ("q4",
+        "got = candidate(X, heads)",
+        "got = X.reshape(batch, n, heads, d_head).transpose(1, 2)"),
+    "student test that checks only the shape": ("q4",
+        "    for h in range(heads):\n        features = X[:, :, h * d_head : (h + 1) * d_head]  # (batch, n, d_head): the features of head h\n        assert torch.equal(got[:, h], features), f\"head {h} must hold features {h * d_head} to {(h + 1) * d_head - 1}\"\n",
+        ""),
+    "student test that asserts True": ("q4",
+        "    got = candidate(X, heads)\n",
+        "    assert True\n    return\n"),
 }

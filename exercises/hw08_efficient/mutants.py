@@ -73,4 +73,17 @@ MUTANTS = {
     "cache: only the last new token's row": ("q3",
         "return torch.softmax(S, dim=-1) @ V_all, K_all, V_all", "return (torch.softmax(S, dim=-1) @ V_all)[..., -1:, :], K_all, V_all"),
     "cache: values cached in float32": ("q3", "V_all = torch.cat((V_cache, V_new), dim=-2)", "V_all = torch.cat((V_cache, V_new), dim=-2).float()"),
+    # q4: the student writes the test (test_online_statistics); each of these must lose points
+    "student test that always fails": ("q4",
+        "    for block_size in (1, 2, 3, 5, 7):\n",
+        "    assert False, 'not written yet'\n    for block_size in (1, 2, 3, 5, 7):\n"),
+    "student test that never calls the function": ("q4",
+        "        M, L = candidate(scores, block_size)\n",
+        "        continue  # M, L = candidate(scores, block_size)\n"),
+    "student test that checks only the shape": ("q4",
+        "        for t in range(T):\n",
+        "        for t in []:\n"),
+    "student test that asserts True": ("q4",
+        "    for block_size in (1, 2, 3, 5, 7):\n",
+        "    assert True\n    for block_size in ():\n"),
 }

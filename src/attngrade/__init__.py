@@ -6,10 +6,13 @@ The package is laid out by stage and trust zone; imports only point down this li
 * :mod:`.sandboxed` — what runs **inside** a submission's bubblewrap sandbox, and all that the
   sandbox sees of the grader: :mod:`~.sandboxed.worker` (runs the notebook, answers calls),
   :mod:`~.sandboxed.protocol` (the wire format: plain data, never pickle),
-  :mod:`~.sandboxed.integrity` (the run-time guard: did a call run a reference implementation).
+  :mod:`~.sandboxed.integrity` (the run-time guard: did a call run a reference implementation),
+  :mod:`~.sandboxed.candidates` (the implementations a student's own test is run against).
 * :mod:`.checks` — what the homework tests call (in the student's notebook for ``grader.check``, in
   otter's autograder and in the class grader; needs only torch); :mod:`.homework` — a homework's
-  folder, settings (``grading.yml``, with the groups of ``exercises/forbidden_groups.yml``) and tests.
+  folder, settings (``grading.yml``, with the groups of ``exercises/forbidden_groups.yml``) and tests;
+  :mod:`.student_tests` — what a test-writing question's tests call: a student's test run against
+  the reference and against each known wrong version (in the sandbox when grading a class).
 * :mod:`.grading` — grading a class **on the host**: :mod:`~.grading.notebook` (finding and reading
   submissions), :mod:`~.grading.static` (flags for review), :mod:`~.grading.view` (the sandbox's
   read-only view), :mod:`~.grading.sandbox` (bubblewrap workers), :mod:`~.grading.grader` (running

@@ -23,6 +23,7 @@ PACKAGE = Path(attngrade.__file__).resolve().parent
 ALLOWED = {
     "sandboxed": {"sandboxed"},
     "checks": {"sandboxed"},
+    "student_tests": {"sandboxed", "checks"},  # what test-writing questions' tests call
     "homework": {"sandboxed"},  # the one resolver checks that grading.yml's names exist
     "grading": {"grading", "sandboxed", "checks", "homework"},
     "build": {"build", "grading", "sandboxed", "checks", "homework"},
@@ -73,7 +74,7 @@ def test_the_rooms_are_the_subpackages():
     rooms = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
     assert rooms == ["build", "grading", "sandboxed"]
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert top == ["__init__.py", "__main__.py", "checks.py", "cli.py", "homework.py"]
+    assert top == ["__init__.py", "__main__.py", "checks.py", "cli.py", "homework.py", "student_tests.py"]
 
 
 def test_the_sandbox_sees_exactly_the_sandboxed_subpackage(tmp_path):

@@ -83,6 +83,17 @@ DTYPE_EXEMPT = {
     ("hw09", "linear_bias_slopes", "float32->float16"): "returns float64 (the question asks so) from a Python int",
     # an integer permutation: the second cast (int64 -> int32) is its dtype test
     ("hw06", "inverse_permutation", "float32->float16"): "returns an int64 permutation whatever its argument",
+    # test-writing questions: a student's test returns nothing, so no cast of its result can show;
+    # such a question is graded by the wrong versions the test catches (attngrade.student_tests)
+    **{
+        (hw, test, cast): "a student's test returns nothing: graded by the wrong versions it catches"
+        for hw, test in (
+            ("hw02", "test_causal_keep_mask"),
+            ("hw03", "test_split_heads"),
+            ("hw08", "test_online_statistics"),
+        )
+        for cast in DTYPE_CASTS
+    },
 }
 
 _DTYPE_WRAPPER = """

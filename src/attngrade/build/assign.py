@@ -12,7 +12,8 @@ solutions do not pass every test. Then it checks, itself, that
 It exits non-zero if anything fails. The autograder zip carries a copy of the ``attnbook``
 package (``attnbook_pkg/``), installed from the zip by the requirements in each master's
 configuration, so Gradescope needs nothing else. The copy also holds the light part of
-``attngrade`` that the tests import (:mod:`attngrade.checks`, :mod:`attngrade.sandboxed.integrity`), and the
+``attngrade`` that the tests import (:mod:`attngrade.checks`, :mod:`attngrade.student_tests`,
+:mod:`attngrade.sandboxed.integrity`, :mod:`attngrade.sandboxed.candidates`), and the
 homework's forbidden list (``grading.yml``) as :data:`attngrade.sandboxed.integrity.INTEGRITY_FILE`, both at
 ``attnbook_pkg/`` (otter copies it into the submission folder, the working directory while
 grading) and inside the shipped ``attngrade``; the student folder gets the same file beside the
@@ -39,7 +40,14 @@ from .master import cell_source, code_lines, solution_only_lines
 PACKAGE_DIR = "attnbook_pkg"
 #: the modules of attngrade that the homework tests need where they run (the student's notebook,
 #: otter's autograder): nothing but the standard library and torch
-LIGHT_MODULES = ("__init__.py", "checks.py", "sandboxed/__init__.py", "sandboxed/integrity.py")
+LIGHT_MODULES = (
+    "__init__.py",
+    "checks.py",
+    "student_tests.py",
+    "sandboxed/__init__.py",
+    "sandboxed/integrity.py",
+    "sandboxed/candidates.py",
+)
 #: the repository's own packaging files, copied with the package: ``attnbook`` installs light
 #: (torch, numpy, matplotlib), so the autograder installs it from the same pyproject.toml
 PACKAGING_FILES = ("pyproject.toml", "README.md")

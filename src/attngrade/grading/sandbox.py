@@ -304,6 +304,7 @@ class Session:
         self.tampered: list[str] = []  # the integrity guard was switched off during a call
         self._kinds: dict[str, str] = {}
         self._values: dict[str, Any] = {}
+        self._test_runs: dict[tuple[str, str, str], dict[str, Any]] = {}  # run_test's answers
 
     def _left(self) -> float:
         return self.deadline - time.monotonic()
@@ -446,6 +447,45 @@ class Session:
             kwargs_after = dict(kwargs)
         return reply.get("value"), args_after, kwargs_after
 
+    def run_test(self, name: str, candidate_name: str, candidate_source: str) -> dict[str, Any]:
+        """Run the student's test ``name`` on a candidate implementation (a test-writing question):
+        the sandbox compiles ``candidate_source``, which defines ``candidate_name``, and calls the
+        test with it (:func:`attngrade.sandboxed.worker.serve`, ``run_test``), under the guard and
+        the time limit of any call.
+
+        Returns ``{"passed", "calls", "error", "forbidden"}`` as plain data, computed once per
+        submission for each test and candidate. A test that ends its process or runs out of time
+        did not pass (``calls`` is then unknown: 0). Raises
+        ``ValueError`` when the candidate source itself is broken (the instructor's mistake).
+        """
+        key = (name, candidate_name, candidate_source)
+        if key in self._test_runs:  # each hidden test checks the reference again: once is enough
+            return dict(self._test_runs[key])
+        request = {"op": "run_test", "name": name, "candidate": {"name": candidate_name, "source": candidate_source}}
+        try:
+            reply = self._request(request, self._call_deadline())
+        except SandboxError as exc:  # remembered too: a test that hangs costs its time once
+            self._test_runs[key] = {"passed": False, "calls": 0, "error": f"the test {exc}", "forbidden": []}
+            return dict(self._test_runs[key])
+        if not isinstance(reply, dict) or "ok" not in reply:
+            raise SandboxError("the sandbox answered a test run with nonsense")
+        if reply.get("candidate_error"):
+            raise ValueError(f"candidate `{candidate_name}`: {str(reply.get('error', ''))[:2000]}")
+        tampered = reply.get("tampered")
+        if isinstance(tampered, list):
+            for t in tampered[:3]:
+                self.tampered.append(f"`{name}`: {str(t)[:200]}")
+        forbidden = reply.get("forbidden")
+        calls = reply.get("calls")
+        run = {
+            "passed": reply["ok"] is True and not forbidden,
+            "calls": calls if type(calls) is int and calls >= 0 else 0,
+            "error": str(reply.get("error") or "")[:2000],
+            "forbidden": [str(r)[:200] for r in forbidden[:5]] if isinstance(forbidden, list) else [],
+        }
+        self._test_runs[key] = run
+        return dict(run)
+
     def proxy(self, name: str) -> StudentFunction:
         return StudentFunction(self, name)
 
@@ -471,6 +511,11 @@ class StudentFunction:
     def call_returning_inputs(self, args: Any, kwargs: dict[str, Any]) -> tuple[Any, list, dict]:
         """The call, and its arguments as they are after it (see :func:`attngrade.checks._invoke`)."""
         return self._session.call_returning_inputs(self.__name__, tuple(args), dict(kwargs))
+
+    def run_as_test(self, candidate_name: str, candidate_source: str) -> dict[str, Any]:
+        """Run this function, a student's test, on a candidate implementation, in the sandbox
+        (see :meth:`Session.run_test` and :mod:`attngrade.student_tests`)."""
+        return self._session.run_test(self.__name__, str(candidate_name), str(candidate_source))
 
     def __repr__(self) -> str:
         return f"<student function {self.__name__}>"

@@ -7,8 +7,8 @@ it started as root, and then serves jobs on its control socket, strictly one at 
 
 1. a job arrives with one end of a fresh socket pair (SCM_RIGHTS) and the sandbox limits;
 2. the worker forks a child, which closes the control socket, applies the limits, receives the
-   notebook's code cells on its own socket, executes them and answers the grader's ``lookup`` and
-   ``call`` requests (:func:`serve`) until the grader says goodbye;
+   notebook's code cells on its own socket, executes them and answers the grader's ``lookup``,
+   ``call`` and ``run_test`` requests (:func:`serve`) until the grader says goodbye;
 3. the worker waits for the child, kills every other process left in the sandbox's pid namespace,
    empties the writable folders and the System V IPC objects, and answers ``done``.
 
@@ -32,7 +32,7 @@ import time
 import types
 from typing import Any
 
-from . import protocol
+from . import candidates, protocol
 
 #: folders the sandbox may write to (tmpfs mounts, emptied after every submission)
 WRITABLE = ("/tmp", "/dev/shm")
@@ -568,6 +568,30 @@ def _call(func: Any, args: list, kwargs: dict, guard: Any, call_timeout: float) 
     return reply
 
 
+def _run_test(namespace: dict[str, Any], request: dict[str, Any], guard: Any, call_timeout: float) -> dict[str, Any]:
+    """Run the student's test ``request["name"]`` on the candidate implementation the request
+    carries as source (a test-writing question): compile it here (:mod:`.candidates`), count its
+    calls, and call the test with it through :func:`_call` (the same guard and time limit as any
+    call). The reply says only whether the test passed, why not, and how often it called the
+    function."""
+    test = namespace.get(str(request.get("name")))
+    spec = request.get("candidate")
+    if not isinstance(spec, dict):
+        return {"ok": False, "error": "the request names no candidate", "calls": 0, "candidate_error": True}
+    if not callable(test):
+        return {"ok": False, "error": f"`{request.get('name')}` is not defined as a function", "calls": 0}
+    try:
+        candidate, calls = candidates.prepare(str(spec.get("name")), str(spec.get("source")))
+    except candidates.CandidateError as exc:
+        return {"ok": False, "error": str(exc)[:2000], "calls": 0, "candidate_error": True}
+    result = _call(test, [candidate], {}, guard, call_timeout)
+    reply: dict[str, Any] = {"ok": bool(result.get("ok")), "error": str(result.get("error", "")), "calls": calls()}
+    for key in ("forbidden", "tampered"):
+        if result.get(key):
+            reply[key] = [str(item)[:200] for item in result[key]]
+    return reply
+
+
 def serve(sock: socket.socket, namespace: dict[str, Any], call_timeout: float, guard: Any) -> None:
     """Answer lookup and call requests until the grader says goodbye or closes the socket."""
     while True:
@@ -589,6 +613,8 @@ def serve(sock: socket.socket, namespace: dict[str, Any], call_timeout: float, g
         elif op == "call":
             func = namespace.get(str(request.get("name")))
             reply = _call(func, list(request.get("args", [])), dict(request.get("kwargs", {})), guard, call_timeout)
+        elif op == "run_test":
+            reply = _run_test(namespace, request, guard, call_timeout)
         else:
             reply = {"ok": False, "error": f"unknown request {op!r}"}
         try:
