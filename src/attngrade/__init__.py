@@ -22,7 +22,7 @@ The package is laid out by stage and trust zone; imports only point down this li
   :mod:`~.grading.course_report` (what a class got wrong across every homework).
 * :mod:`.build` — **building and releasing**: :mod:`~.build.master` (the master-notebook format),
   :mod:`~.build.assign` (student versions and autograders), :mod:`~.build.release` (the
-  student-facing course), :mod:`~.build.bench` (grading speed), :mod:`~.build.mutants` (the
+  student-facing course), :mod:`~.build.bench` (grading speed), :mod:`~.build.mutation` (the
   homework's wrong solutions applied to its solutions), :mod:`~.build.sample_class` (a class made
   of them, to try the grader on).
 * :mod:`.cli` — the one command line: ``attnbook-grade`` / ``python -m attngrade [grade]`` grades a

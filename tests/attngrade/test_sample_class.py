@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 
-from attngrade.build.mutants import load_mutants
+from attngrade.build.mutation import load_mutants
 from attngrade.build.sample_class import main
 
 from ..homework_support import homework

@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 
 from ..homework import Homework, load_homework
-from .mutants import load_mutants, mutant_submission, stub_submission
+from .mutation import load_mutants, mutant_submission, stub_submission
 
 
 def sample_class(hw: Homework) -> tuple[dict[str, dict], list[tuple[str, str, str]]]:
