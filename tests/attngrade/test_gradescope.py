@@ -24,7 +24,7 @@ from ..homework_support import autograder_zip, bwrap_available, homework, is_cur
 from ..submissions import comparing_submission
 
 HW = "hw02"
-FULL = {"q1": 4.0, "q2": 3.0, "q3": 6.0, "q4": 4.0}
+FULL = {"q1": 4.0, "q2": 3.0, "q3": 6.0, "q4": 4.0, "q5": 4.0}
 WRONG_CAUSAL_MASK = """    i = torch.arange(n).unsqueeze(-1)
     j = torch.arange(m).unsqueeze(0)
     return j < i"""
