@@ -17,6 +17,7 @@ student function (points are per function).
 from __future__ import annotations
 
 import ast
+import csv
 import functools
 import os
 import re
@@ -24,7 +25,7 @@ import re
 import pytest
 
 from attngrade.grading.grader import Grader
-from attngrade.grading.report import failure_summary
+from attngrade.grading.report import failure_summary, write_reports
 from attngrade.homework import all_homework
 
 from ..homework_support import homework
@@ -184,6 +185,44 @@ def test_comparing_with_a_reference_at_top_level_costs_nothing(name):
 def test_empty_stub_gets_zero(name):
     result = graded(name)["<stub>"]
     assert result.total == 0, _explain(result)
+
+
+@pytest.mark.parametrize("name", HOMEWORK)
+def test_class_summary_counts_each_named_mistake_from_the_rows(name, tmp_path):
+    """The homework's mutants graded as a class (what ``python -m attngrade sample-class`` hands
+    out): misconceptions.csv gives, per question and named mistake, exactly the students whose rows
+    hold a failed check naming it, and the summary ranks the questions by the points they lost."""
+    results = [r for r in graded(name).values() if not r.submission.startswith("<dtype")]
+    questions = [q.name for q in homework(name).questions()]
+    write_reports(results, questions, tmp_path, name)
+    expected: dict[tuple[str, str], set[str]] = {}
+    for r in results:
+        for q in r.questions:
+            for case in q.cases:
+                for line in (case.message or "").splitlines():
+                    if not case.passed and line.startswith("Likely mistake: "):
+                        expected.setdefault((q.name, line.removeprefix("Likely mistake: ").strip()), set()).add(
+                            r.submission
+                        )
+    with open(tmp_path / "misconceptions.csv", encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    written = {(row["question"], row["mistake"]): row for row in rows}
+    assert set(written) == set(expected)
+    for key, row in written.items():
+        names = {n.lstrip("'") for n in row["names"].split("; ")}
+        assert int(row["students"]) == len(expected[key]) and names == expected[key], key
+    # points lost per question, from the gradebook's rows (a mutant graded on its own question only
+    # has 0 in the others' columns, as a student who left them out)
+    possible = {q.name: q.possible for q in homework(name).questions()}
+    with open(tmp_path / "gradebook.csv", encoding="utf-8", newline="") as f:
+        book = list(csv.DictReader(f))
+    lost = {q: sum(possible[q] - float(row[q]) for row in book) for q in questions}
+    ranked = [q for q, points in sorted(lost.items(), key=lambda kv: (-kv[1], kv[0])) if points > 0]
+    summary = (tmp_path / "summary.md").read_text(encoding="utf-8")
+    shown = [
+        line.split(":")[0][2:] for line in summary.splitlines() if line.startswith("- q") and "points lost" in line
+    ]
+    assert shown == ranked
 
 
 @pytest.mark.parametrize("name", HOMEWORK)
