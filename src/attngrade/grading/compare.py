@@ -14,6 +14,7 @@ old gradebook and the ``tests.json`` beside it before grading, and afterwards wr
 
 from __future__ import annotations
 
+import ast
 import csv
 import hashlib
 import inspect
@@ -26,15 +27,31 @@ from pathlib import Path
 TESTS_FILE = "tests.json"
 
 
+def _case_sources(question_source: str) -> dict[str, str]:
+    """The source of each top-level function of a question's test file, by name."""
+    try:
+        tree = ast.parse(question_source)
+    except SyntaxError:
+        return {}
+    return {
+        node.name: ast.get_source_segment(question_source, node) or ""
+        for node in tree.body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+
+
 def fingerprint_tests(questions) -> dict[str, dict[str, str]]:
     """Per question, per test case: a SHA-256 of its source, its points and whether it is hidden."""
     out: dict[str, dict[str, str]] = {}
     for q in questions:
+        sources = _case_sources(q.source)
         for case in q.cases:
-            try:
-                source = inspect.getsource(case.func)
-            except (OSError, TypeError):  # no source file: the question's test file stands for it
-                source = q.source
+            source = sources.get(getattr(case.func, "__name__", ""))
+            if not source:
+                try:
+                    source = inspect.getsource(case.func)
+                except (OSError, TypeError):  # no source at all: the question's test file stands for it
+                    source = q.source
             text = f"{source}\npoints={case.points}\nhidden={case.hidden}"
             out.setdefault(q.name, {})[case.name] = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return out
