@@ -26,6 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
+#: habits where the two graders are known to differ, and why (listed as KNOWN, not counted as a failure)
+KNOWN = {
+    "byte_order_mark": "otter run cannot read a notebook that starts with a UTF-8 byte-order mark "
+    "(nbformat: 'Notebook does not appear to be JSON'); attnbook-grade reads it and grades it in full",
+}
+
+
 def otter_scores(zip_path: Path, notebook: Path, questions: list[str]) -> dict[str, float] | str:
     """``otter run``'s score per question, or the reason it gave none."""
     out = notebook.parent / "otter-out"
@@ -107,12 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     disagreements = 0
     for (hw_name, label, _, _), mine, other in zip(chosen, ours, theirs):
         same = isinstance(mine, dict) and mine == other
+        if not same and label in KNOWN:
+            print(f"KNOWN     {hw_name} {label:28} {KNOWN[label]}")
+            continue
         disagreements += not same
         if same:
             print(f"same      {hw_name} {label:28} {sum(mine.values()):g} points from both")
         else:
             print(f"DIFFERENT {hw_name} {label:28} attnbook-grade {mine}  otter run {other}")
-    print(f"{len(chosen) - disagreements} of {len(chosen)} notebooks get the same scores from both graders")
+    known = sum(1 for c in chosen if c[1] in KNOWN)
+    print(f"{len(chosen) - disagreements} of {len(chosen)} notebooks get the same scores from both graders "
+          f"or differ for a known reason ({known} known)")
     return 1 if disagreements else 0
 
 
