@@ -25,7 +25,6 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-
 #: habits where the two graders are known to differ, and why (listed as KNOWN, not counted as a failure)
 KNOWN = {
     "byte_order_mark": "otter run cannot read a notebook that starts with a UTF-8 byte-order mark "
@@ -123,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"DIFFERENT {hw_name} {label:28} attnbook-grade {mine}  otter run {other}")
     known = sum(1 for c in chosen if c[1] in KNOWN)
-    print(f"{len(chosen) - disagreements} of {len(chosen)} notebooks get the same scores from both graders "
-          f"or differ for a known reason ({known} known)")
+    print(
+        f"{len(chosen) - disagreements} of {len(chosen)} notebooks get the same scores from both graders "
+        f"or differ for a known reason ({known} known)"
+    )
     return 1 if disagreements else 0
 
 
