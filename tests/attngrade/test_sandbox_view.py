@@ -47,3 +47,25 @@ def test_a_python_under_tmp_is_mounted_after_the_private_tmp(tmp_path, monkeypat
     # the folders above it are made traversable, but /tmp keeps its own mode (1777)
     dirs = [args[i + 1] for i, a in enumerate(args) if a == "--dir"]
     assert "/tmp" not in dirs and str(venv.parent) in dirs
+
+
+def test_the_clean_up_between_submissions_keeps_mounts_whose_path_has_a_space():
+    """Between two submissions the worker empties the sandbox's /tmp but leaves the mounts in it
+    alone (a checkout under /tmp, with its virtual environment). The kernel writes a space in a
+    mount point as ``\\040``: read undecoded, ``/tmp/my course/.venv`` was not recognised, and the
+    clean-up walked the read-only environment file by file after every submission."""
+    from attngrade.sandboxed.worker import folders_to_keep, mount_points
+
+    mountinfo = (
+        "22 1 0:21 / / rw,relatime - tmpfs tmpfs rw\n"
+        "35 22 0:32 / /tmp rw,nosuid,nodev - tmpfs tmpfs rw,size=65536k\n"
+        "36 35 8:1 /srv/my\\040course/.venv /tmp/my\\040course/.venv ro,relatime - ext4 /dev/sda1 rw\n"
+        "37 35 8:1 /srv/tab\\011and\\134slash /tmp/tab\\011and\\134slash ro,relatime - ext4 /dev/sda1 rw\n"
+    )
+    points = mount_points(mountinfo)
+    assert points == ["/", "/tmp", "/tmp/my course/.venv", "/tmp/tab\tand\\slash"]
+    assert folders_to_keep(points, ("/tmp", "/dev/shm")) == {
+        "/tmp/my course",
+        "/tmp/my course/.venv",
+        "/tmp/tab\tand\\slash",
+    }

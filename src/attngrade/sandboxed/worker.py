@@ -23,6 +23,7 @@ import builtins
 import ctypes
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -203,15 +204,33 @@ def clean_up(child: int | None = None) -> None:
     _remove_ipc()
 
 
+def mount_points(mountinfo: str) -> list[str]:
+    """The mount points listed in ``/proc/self/mountinfo`` (its fifth field), with the kernel's octal
+    escapes decoded: a space is written ``\\040``, a tab ``\\011``, a newline ``\\012`` and a
+    backslash ``\\134`` (a checkout at ``/tmp/my course`` is mounted at ``/tmp/my\\040course``)."""
+    points = []
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4:
+            points.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    return points
+
+
 def _mounts_within(folders: tuple[str, ...]) -> set[str]:
     """Mount points inside ``folders`` and the folders above them (e.g. a Python installed under
     /tmp, mounted read-only on top of the private /tmp): the clean-up leaves those alone."""
-    keep: set[str] = set()
     try:
-        with open("/proc/self/mountinfo") as f:
-            points = [line.split()[4] for line in f if len(line.split()) > 4]
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as f:
+            points = mount_points(f.read())
     except OSError:
-        return keep
+        return set()
+    return folders_to_keep(points, folders)
+
+
+def folders_to_keep(points: list[str], folders: tuple[str, ...]) -> set[str]:
+    """The mount points among ``points`` that lie inside ``folders``, and every folder between
+    them and that folder: what emptying ``folders`` must not delete or descend into."""
+    keep: set[str] = set()
     for point in points:
         for folder in folders:
             if point.startswith(folder.rstrip("/") + "/"):
