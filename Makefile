@@ -34,7 +34,7 @@ book: setup  ## build the website into _build/html (strict: any warning fails)
 # parallel test workers (pytest-xdist), each taking whole files; the book build waits for the chapters
 TEST_JOBS ?= 2
 test: lint  ## the whole check: lint, every chapter (nbval, once), the package, homework and grader tests, the strict book build and the browser tests
-	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder
 
 test-quick: setup  ## the package's own tests only (no chapters, homework, grader or website): the inner loop
 	$(BIN)/python -m pytest tests -q -m "not course"

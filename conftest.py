@@ -15,6 +15,7 @@ jupytext; when it does not, nothing is stored and the book build executes that c
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from pathlib import Path
@@ -129,31 +130,104 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     return None
 
 
-#: Files run longest first after the chapters, so that under ``make test`` (pytest-xdist,
-#: ``--dist loadfile --no-loadscope-reorder``: whole files, in this order) the two workers finish
-#: together instead of one idling while the other runs a long file it picked up last. The chapter
-#: of trained models is the longest one. The website's build (tests/book/test_site.py) waits until
-#: every chapter has run, so it comes after two long files: by then the chapters are done.
-FIRST = ["book/07_attention_at_work.md", "book/"]
-LONGEST_FIRST = [
-    "tests/homework/test_mutations.py",
+#: The order in which make test's workers (pytest-xdist, ``--dist loadgroup``) take the units of work
+#: (tests/units.py; a unit is a test file unless the file splits itself): longest first, so that the
+#: two workers finish together instead of one idling while the other runs a long unit it took last.
+#: An entry is a unit's name or the start of a test id. The chapters come first (the website's build
+#: waits for all of them), the longest of them first; the website's build (the unit of
+#: tests/book/test_site.py's own tests) comes after a few long units, by when they have run, and its
+#: pages (a unit each) after it.
+ORDER = [
+    "book/10_induction_heads.md",
+    "book/07_attention_at_work.md",
+    "book/",
     "tests/attngrade/test_grader_concurrency.py",
-    "tests/book/test_site.py",
-    "tests/attngrade/test_grader_isolation.py",
+    "mutations:hw08",
+    "mutations:hw11",
     "tests/attngrade/test_grading_cli.py",
-    "tests/homework/test_homework.py",
+    "tests/attngrade/test_grader_isolation.py",
+    "mutations:hw07",
+    "tests/book/test_site.py",
     "tests/attngrade/test_gradescope.py",
+    "cli: benchmark",
+    "concurrency: in one process",
+    "homework: a failing solution",
     "tests/book/test_jupyterlab.py",
-    "tests/attngrade/test_grader_habits.py",
+    "cli: PYTHONPATH",
+    "tests/homework/test_homework.py",
+    "mutations:",
+    "isolation: without the batch",
+    "page:",
+    "tests/attngrade/test_student_tests.py",
+    "tests/attngrade/test_integrity.py",
     "tests/attngrade/test_release.py",
+    "tests/attngrade/test_grader_habits.py",
+    "tests/attnbook/test_flash_triton.py",
+    "tests/homework/test_hints.py",
 ]
 
 
+def unit_of(item: pytest.Item) -> str:
+    """The unit of work a test belongs to (tests/units.py): its own, or its file."""
+    mark = item.get_closest_marker("xdist_group")
+    return str(mark.args[0]) if mark else item.nodeid.split("::")[0]
+
+
+#: where each make test worker writes the units of its tests (set by the controller, inherited by
+#: the workers): pytest 9 ignores the test ids pytest-xdist 3.8 renames to carry them
+_UNITS_ENV = "ATTNBOOK_TEST_UNITS"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    order = FIRST + LONGEST_FIRST
-
     def rank(item: pytest.Item) -> int:
-        path = item.nodeid.split("::")[0]
-        return next((k for k, prefix in enumerate(order) if path.startswith(prefix)), len(order))
+        unit, path = unit_of(item), item.nodeid.split("::")[0]
+        return next(
+            (k for k, entry in enumerate(ORDER) if unit.startswith(entry) or path.startswith(entry) and unit == path),
+            len(ORDER),
+        )
 
-    items.sort(key=rank)  # stable: within a file, and among the other files, pytest's order
+    items.sort(key=rank)  # stable: within a unit, and among the other units, pytest's order
+    folder = os.environ.get(_UNITS_ENV)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if folder and worker:
+        units = {item.nodeid: unit_of(item) for item in items}
+        partial = Path(folder) / f".{worker}.json"
+        partial.write_text(json.dumps(units), encoding="utf-8")
+        os.replace(partial, Path(folder) / f"{worker}.json")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("dist", "no") == "loadgroup" and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import tempfile
+
+        os.environ[_UNITS_ENV] = tempfile.mkdtemp(prefix="attnbook-test-units-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = os.environ.get(_UNITS_ENV)
+    if folder and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` by units (tests/units.py): a test's unit is its xdist_group mark, or its
+    file (plain loadgroup makes each unmarked test a unit, and a module's fixtures would be set up
+    on every worker). The workers tell the controller each test's unit in a file (_UNITS_ENV)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        units: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.units is None:
+                folder = Path(os.environ[_UNITS_ENV])
+                self.units = {}
+                for written in sorted(folder.glob("gw*.json")):
+                    self.units.update(json.loads(written.read_text(encoding="utf-8")))
+            return self.units.get(nodeid) or nodeid.split("::")[0]
+
+    return UnitScheduling(config, log)

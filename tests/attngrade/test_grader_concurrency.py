@@ -30,6 +30,7 @@ from attngrade.grading.grader import Grader
 from ..homework_support import bwrap_available, homework, running_as_root, user_namespace_available
 from ..paths import ROOT  # noqa: E402
 from ..submissions import code_cells, load_mutants, mutant_submission, stub_submission, submission_with
+from ..units import unit
 from .test_grader_isolation import LIMITS, attacks
 
 pytestmark = pytest.mark.skipif(bwrap_available() is not None, reason=f"no sandbox here: {bwrap_available()}")
@@ -105,6 +106,7 @@ SETTINGS = {
 
 
 @pytest.mark.parametrize("setting", list(SETTINGS))
+@unit("concurrency: in one process")  # (a) shares nothing with (b) and (c)
 def test_the_same_notebooks_get_the_same_scores(setting):
     alone = graded_alone()
     assert alone["solutions"].total == 22 and alone["stub"].total == 0

@@ -31,6 +31,7 @@ from attngrade.grading.grader import Grader
 
 from ..homework_support import bwrap_available, homework, running_as_root
 from ..submissions import code_cells, stub_submission, submission_with
+from ..units import unit
 
 pytestmark = pytest.mark.skipif(bwrap_available() is not None, reason=f"no sandbox here: {bwrap_available()}")
 
@@ -909,6 +910,7 @@ def test_a_row_flagged_for_review_says_so_in_its_status(batch):
     assert results["honest"].status == "ok" and not results["honest"].review
 
 
+@unit("isolation: without the batch")
 def test_the_sandbox_sees_no_secret_even_in_a_visible_folder(tmp_path):
     """The class folder and the output folder placed inside the Python environment (which the
     sandbox must see): ``hide`` still makes them absent, and classmates cannot be read."""
@@ -972,6 +974,7 @@ if _left:
 """
 
 
+@unit("isolation: without the batch")
 def test_nothing_survives_from_one_submission_to_the_next():
     """One worker, in order: files in /tmp, /dev/shm and the working folder and a process that
     ignores SIGTERM are gone before the next student's notebook runs; a submission that kills
@@ -1040,6 +1043,7 @@ def _run_here(cells):
 
 
 @pytest.mark.parametrize("name", [n for n in ROUTES if n != "monkeypatch_checks"])
+@unit("isolation: without the batch")
 def test_each_route_reaches_the_reference_where_it_is_reachable(name):
     """The control for the attacks above: run here, with the real ``attnbook``, each route gives
     the right answers, so its 0 in the sandbox is the reference's absence, not the attack's bug."""

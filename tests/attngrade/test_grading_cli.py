@@ -19,6 +19,7 @@ from attngrade.grading.export import main as export_main
 
 from ..homework_support import homework
 from ..submissions import stub_submission, submission_with, write_notebook
+from ..units import unit
 
 WRONG_SCORES_ROW = "def scores_row(Q, K):\n    return Q @ K.T\n"
 CLASS = ["alice", "bob", "carol", "dana", "erin", "frank"]
@@ -121,6 +122,7 @@ def test_unknown_homework_is_a_clear_error(tmp_path):
     assert proc.returncode != 0 and "no homework 'hw99'" in proc.stderr
 
 
+@unit("cli: benchmark")  # a long command that shares nothing with the other tests
 def test_benchmark_reports_both_graders():
     homework("hw01")  # built
     proc = subprocess.run(
@@ -287,6 +289,7 @@ def test_unsafe_no_sandbox_grades_trusted_notebooks_the_same(graded_class, tmp_p
     assert set(glob.glob(f"{tempfile.gettempdir()}/attngrade-unsafe-*")) == before
 
 
+@unit("cli: PYTHONPATH")  # a long command that shares nothing with the other tests
 def test_the_sandbox_sees_the_packages_on_the_instructors_pythonpath(tmp_path):
     """A course whose packages are found through ``PYTHONPATH`` (``pip install --target``, a module
     system): the sandbox mounts those folders read-only and puts them on its path, so a notebook

@@ -39,6 +39,7 @@ import pytest
 import yaml
 
 from ..paths import ROOT  # noqa: E402
+from ..units import by_unit
 
 # the built site to test: ATTNBOOK_SITE=/tmp/jb-me/_build/html points it at a build elsewhere
 SITE = Path(os.environ.get("ATTNBOOK_SITE", ROOT / "_build" / "html")).resolve()
@@ -98,10 +99,9 @@ def built_site(request) -> Path:
 
     Run after the chapters (pytest collects ``book/`` first), the build reuses the outputs nbval
     stored in its execution cache (conftest.py), so no chapter executes twice. With pytest-xdist
-    the pages are checked in two files (this one and ``test_pages_beyond.py``) that the two workers
-    take in parallel: the first worker to need the site builds it, the other waits for that build
-    and reads its outcome (``_build/.site-built-<run id>``). With ``ATTNBOOK_SITE`` set, that site
-    is tested as it is.
+    the pages are units of work that both workers take: the first worker to need the site builds
+    it, the other waits for that build and reads its outcome (``_build/.site-built-<run id>``).
+    With ``ATTNBOOK_SITE`` set, that site is tested as it is.
     """
     if "ATTNBOOK_SITE" in os.environ:
         if not (SITE / "index.html").exists():
@@ -324,6 +324,7 @@ def _axe(page, context="document", **options) -> list[dict]:
         except ImportError:
             pytest.fail("axe-playwright-python is not installed: `pip install -e '.[test]'`")
         page.evaluate(Axe().axe_script)
+        page.evaluate(AXE_COLOUR_RULES_ON_SAMPLES)
     options = {"resultTypes": ["violations"], **options}
     return page.evaluate(
         f"axe.run({context}, {json.dumps(options)}).then(r => r.violations.map(v => ({{id: v.id, impact: v.impact,"
@@ -338,30 +339,55 @@ SIDEBARS_CHECKED_ON = "book/09_modern_attention"
 #: the rules about colour (see accessibility_problems)
 COLOUR_RULES = ["color-contrast", "link-in-text-block"]
 
-#: one highlighted code token of each look (colour, background, size, weight) in the article, and the
-#: code blocks that hold none of them (window.attnCodeLeftOut)
-CODE_SAMPLES_JS = """() => {
-  const backgrounds = new Map(), samples = new Map();
-  const background = (el) => {
+#: the colour rules check the elements COLOUR_SAMPLES_JS marks (every other rule, every element)
+AXE_COLOUR_RULES_ON_SAMPLES = """axe.configure({rules: [
+  {id: 'color-contrast', selector: '[data-attn-colour-sample]'},
+  {id: 'link-in-text-block', selector: 'a[href][data-attn-colour-sample], [role=link][data-attn-colour-sample]'},
+]})"""
+
+#: Marks (data-attn-colour-sample) one element of each look among the shown elements that hold text
+#: of their own, and every form control; returns [marked, elements with text]. An element's look
+#: is everything axe's colour rules read from it: its colour, the background behind it (the
+#: nearest background colour up its ancestors, and any background image, filter or blend on the
+#: way), its size and weight (large text has a lower bar), its opacity (with its ancestors') and
+#: text shadow, and for a link its block's colour, its underline and its bottom border. Two
+#: elements of one look have the same contrast, so a look that fails fails on its sample.
+#: With outsideArticle, only what lies outside the article (sidebars, header) is sampled.
+COLOUR_SAMPLES_JS = """(outsideArticle) => {
+  for (const el of document.querySelectorAll('[data-attn-colour-sample]')) el.removeAttribute('data-attn-colour-sample');
+  const looks = new Set();
+  let withText = 0, marked = 0;
+  const mark = (el) => { el.setAttribute('data-attn-colour-sample', ''); marked += 1; };
+  const behind = (el) => {
+    const layers = [];
+    let opacity = 1;
     for (let a = el; a; a = a.parentElement) {
-      const colour = getComputedStyle(a).backgroundColor;
-      if (colour !== 'rgba(0, 0, 0, 0)') return colour;
+      const s = getComputedStyle(a);
+      opacity *= parseFloat(s.opacity);
+      if (s.backgroundImage !== 'none') layers.push(s.backgroundImage);
+      if (s.filter !== 'none' || s.mixBlendMode !== 'normal') layers.push(s.filter + s.mixBlendMode);
+      if (s.backgroundColor !== 'rgba(0, 0, 0, 0)') { layers.push(s.backgroundColor); break; }
     }
-    return '';
+    return layers.join('|') + '|' + opacity.toFixed(3);
   };
-  for (const el of document.querySelectorAll('.bd-article .highlight pre span')) {
-    if (el.children.length || !el.textContent.trim()) continue;
-    const pre = el.closest('pre');
-    if (!backgrounds.has(pre)) backgrounds.set(pre, background(pre));
-    const s = getComputedStyle(el);
-    const look = [s.color, s.backgroundColor, backgrounds.get(pre), s.fontSize, s.fontWeight].join('|');
-    if (!samples.has(look)) samples.set(look, el);
+  for (const el of document.body.querySelectorAll('*')) {
+    if (outsideArticle && el.closest('.bd-article')) continue;
+    if (el.matches('input, select, textarea, button')) { mark(el); continue; }
+    const text = [...el.childNodes].some((n) => n.nodeType === Node.TEXT_NODE && n.textContent.trim());
+    if (!text) continue;
+    const r = el.getBoundingClientRect(), s = getComputedStyle(el);
+    if (r.width === 0 || r.height === 0 || s.visibility === 'hidden' || s.display === 'none') continue;
+    withText += 1;
+    let look = [s.color, behind(el), s.fontSize, s.fontWeight, s.textShadow].join('/');
+    if (el.matches('a[href], [role=link]')) {
+      const block = el.parentElement ? getComputedStyle(el.parentElement).color : '';
+      look += ['/link', block, s.textDecorationLine, s.borderBottomStyle, s.borderBottomColor].join('/');
+    }
+    if (looks.has(look)) continue;
+    looks.add(look);
+    mark(el);
   }
-  const kept = [...samples.values()];
-  // the code blocks that hold none of them are left out of the colour rules
-  window.attnCodeLeftOut = [...document.querySelectorAll('.bd-article div.highlight')].filter(
-    (block) => !kept.some((sample) => block.contains(sample)));
-  return window.attnCodeLeftOut.length;
+  return [marked, withText];
 }"""
 
 
@@ -369,25 +395,28 @@ def accessibility_problems(page, log, label: str, screen: str, theme: str) -> li
     """axe-core on the page: no critical, serious or unexplained moderate violation.
 
     Every rule runs on every page at both widths in both themes, with two savings (colour contrast
-    is nearly all of axe's time, and highlighted code nearly all of that):
+    is nearly all of axe's time):
 
     - the rules about anything but colour run in light mode only: the two themes differ in
       colours only (the theme's ``html[data-theme]`` variables), not in what the page holds;
-    - the colour rules check the article at phone width (its colours are the same at 1280 px) and,
-      at desktop width, on one page, what lies outside it (sidebars and header, which a phone does
-      not show, the same elements in the same styles on every page: SIDEBARS_CHECKED_ON);
-      in the article's highlighted code they check the code blocks that hold one token of each
-      look (colour, background, size, weight): every other token of that look has the same contrast.
+    - the colour rules check one element of each look (COLOUR_SAMPLES_JS: every other element of
+      that look has the same contrast), at phone width on the whole page (the article's colours
+      are the same at 1280 px) and, at desktop width, on one page, what lies outside the article
+      (sidebars and header, which a phone does not show, the same elements in the same styles on
+      every page: SIDEBARS_CHECKED_ON).
+
+    At phone width in light mode one run of axe checks every rule.
     """
     before = len(log.problems)
-    violations = []
-    if theme == "light":
-        violations += _axe(page, rules={rule: {"enabled": False} for rule in COLOUR_RULES})
-    if screen == "phone":
-        page.evaluate(CODE_SAMPLES_JS)
-        violations += _axe(page, "{include: [document], exclude: window.attnCodeLeftOut}", runOnly=COLOUR_RULES)
-    elif label.startswith(SIDEBARS_CHECKED_ON):
-        violations += _axe(page, "{exclude: [['.bd-article']]}", runOnly=COLOUR_RULES)
+    colour = screen == "phone" or label.startswith(SIDEBARS_CHECKED_ON)
+    if colour:
+        marked, with_text = page.evaluate(COLOUR_SAMPLES_JS, screen == "desktop")
+        assert 0 < marked <= with_text, f"{label}: no element sampled for the colour rules ({marked}, {with_text})"
+    if theme == "light":  # every rule; the colour rules only where they are due
+        rules = {} if colour else {rule: {"enabled": False} for rule in COLOUR_RULES}
+        violations = _axe(page, rules=rules)
+    else:
+        violations = _axe(page, runOnly=COLOUR_RULES) if colour else []
     # axe re-reads the stylesheets and resolves the theme's `@import "../basic.css"` against the page
     # instead of the stylesheet: the missing /basic.css it asks for is axe's, not the site's
     log.problems[before:] = [
@@ -482,13 +511,8 @@ def check_dark_theme(page, name: str) -> None:
     assert all(colour == "rgb(255, 255, 255)" for colour in colours), f"{name}: {colours}"
 
 
-#: the pages before the chapters beyond the seeds: this file checks them, test_pages_beyond.py the rest
-#: (two files, so that make test's two workers check the two halves at the same time)
-FIRST_HALF = PAGES[: PAGES.index("book/07_attention_at_work")]
-SECOND_HALF = PAGES[len(FIRST_HALF) :]
-
-
-@pytest.mark.parametrize("name", FIRST_HALF)
+#: each page is a unit of work of its own, so that make test's workers share the pages (tests/units.py)
+@pytest.mark.parametrize("name", by_unit(PAGES, "page"))
 def test_page_in_the_browser(browser, site_url, name):
     check_page_in_the_browser(browser, site_url, name)
 
@@ -598,6 +622,45 @@ def test_search_finds_a_term(browser, site_url):
         results = page.evaluate("[...document.querySelectorAll('#search-results li a')].map(a => a.href)")
         assert any("01_single_query_attention" in r for r in results), results
         assert log.problems == [], log.problems
+    finally:
+        context.close()
+
+
+def test_sampled_colour_rules_still_find_a_planted_failure(browser, site_url):
+    """The colour rules check one element of each look (COLOUR_SAMPLES_JS): a paragraph of grey on
+    grey, and a link that differs from its text only by a colour too close to the text's, each
+    one element among thousands, are found in both themes."""
+    context, page, log, _ = open_page(browser, site_url, "book/01_single_query_attention", viewport=PHONE)
+    try:
+        page.evaluate(
+            """() => {
+              const first = document.querySelector('.bd-article p');
+              const faint = document.createElement('p');
+              faint.id = 'attn-planted-faint';
+              faint.textContent = 'grey text on grey, planted by the test';
+              Object.assign(faint.style, {color: 'rgb(150, 150, 150)', background: 'rgb(175, 175, 175)'});
+              const text = document.createElement('p');
+              text.textContent = 'text planted by the test, with ';
+              Object.assign(text.style, {color: 'rgb(40, 40, 40)', background: 'rgb(255, 255, 255)'});
+              const link = document.createElement('a');
+              link.id = 'attn-planted-link';
+              link.href = '#';
+              link.textContent = 'a link that looks like the text';
+              Object.assign(link.style, {color: 'rgb(75, 45, 45)', textDecoration: 'none', borderBottom: 'none'});
+              text.append(link, ', in a sentence long enough to be a block of text that a reader reads as text.');
+              first.after(faint, text);
+            }"""
+        )
+        for theme in ("light", "dark"):
+            if theme == "dark":
+                page.emulate_media(color_scheme="dark")
+                page.wait_for_function("() => document.documentElement.dataset.theme === 'dark'", timeout=10_000)
+                page.wait_for_function(
+                    "() => document.getAnimations().every(a => a.playState !== 'running')", timeout=10_000
+                )
+            found = accessibility_problems(page, log, f"planted ({theme})", "phone", theme)
+            assert any("color-contrast" in p and "#attn-planted-faint" in p for p in found), (theme, found)
+            assert any("link-in-text-block" in p and "#attn-planted-link" in p for p in found), (theme, found)
     finally:
         context.close()
 

@@ -17,6 +17,7 @@ from attngrade.homework import all_homework, load_homework, parse_test_file
 from attngrade.sandboxed.integrity import resolve_reference
 
 from ..homework_support import homework
+from ..units import unit
 
 HOMEWORK = [hw.name for hw in all_homework()]
 
@@ -138,6 +139,7 @@ def test_student_notebook_runs_and_checks_read_well(tmp_path):
     assert list(tmp_path.glob("*.zip")), "the export cell writes the submission zip"
 
 
+@unit("homework: a failing solution")  # a long command that shares nothing with the other tests
 def test_assign_command_fails_when_a_solution_fails_its_tests(tmp_path):
     """``python -m attngrade.build.assign`` (make assignments) must refuse a broken master."""
     hw = homework("hw00")

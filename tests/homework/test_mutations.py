@@ -37,9 +37,12 @@ from ..submissions import (
     stub_submission,
     submission_with,
 )
+from ..units import by_unit
 
 HOMEWORK = [hw.name for hw in all_homework()]
 MUTANTS = [(hw.name, name) for hw in all_homework() for name in load_mutants(hw)]
+#: one unit of work per homework for make test's workers: its tests share its graded batch
+BY_HOMEWORK = by_unit(HOMEWORK, "mutations")
 
 # -- generic dtype mutants ---------------------------------------------------------------------
 #
@@ -166,14 +169,14 @@ def _explain(result) -> str:
     return "\n".join([f"{result.submission}: {result.total:g} / {result.possible:g}", *failure_summary(result)])
 
 
-@pytest.mark.parametrize("name", HOMEWORK)
+@pytest.mark.parametrize("name", BY_HOMEWORK)
 def test_correct_solution_gets_full_marks(name):
     result = graded(name)["<correct>"]
     assert result.possible > 0
     assert result.total == result.possible, _explain(result)
 
 
-@pytest.mark.parametrize("name", HOMEWORK)
+@pytest.mark.parametrize("name", BY_HOMEWORK)
 def test_comparing_with_a_reference_at_top_level_costs_nothing(name):
     """Every answer cell calls a forbidden reference above and below its ``def`` (to compare): the
     calls raise while grading, but no definition and no point is lost."""
@@ -181,13 +184,13 @@ def test_comparing_with_a_reference_at_top_level_costs_nothing(name):
     assert result.total == result.possible > 0, _explain(result)
 
 
-@pytest.mark.parametrize("name", HOMEWORK)
+@pytest.mark.parametrize("name", BY_HOMEWORK)
 def test_empty_stub_gets_zero(name):
     result = graded(name)["<stub>"]
     assert result.total == 0, _explain(result)
 
 
-@pytest.mark.parametrize("name", HOMEWORK)
+@pytest.mark.parametrize("name", BY_HOMEWORK)
 def test_class_summary_counts_each_named_mistake_from_the_rows(name, tmp_path):
     """The homework's mutants graded as a class (what ``python -m attngrade sample-class`` hands
     out): misconceptions.csv gives, per question and named mistake, exactly the students whose rows
@@ -225,7 +228,7 @@ def test_class_summary_counts_each_named_mistake_from_the_rows(name, tmp_path):
     assert shown == ranked
 
 
-@pytest.mark.parametrize("name", HOMEWORK)
+@pytest.mark.parametrize("name", BY_HOMEWORK)
 def test_every_homework_has_mutants_for_every_question(name):
     hw = homework(name)
     targeted = {mutant[0] for mutant in load_mutants(hw).values()}
@@ -233,7 +236,7 @@ def test_every_homework_has_mutants_for_every_question(name):
     assert questions and targeted == questions, f"questions without a mutant: {sorted(questions - targeted)}"
 
 
-@pytest.mark.parametrize("name,mutant", MUTANTS, ids=[f"{h}:{m}" for h, m in MUTANTS])
+@pytest.mark.parametrize("name,mutant", by_unit(MUTANTS, "mutations"), ids=[f"{h}:{m}" for h, m in MUTANTS])
 def test_mutant_loses_points(name, mutant):
     result = graded(name)[mutant]
     question = load_mutants(homework(name))[mutant][0]
@@ -247,7 +250,7 @@ def _fails_on_dtype(case) -> bool:
     return not case.passed and ("dtype" in case.message or "floating-point tensor" in case.message)
 
 
-@pytest.mark.parametrize("name", HOMEWORK)
+@pytest.mark.parametrize("name", BY_HOMEWORK)
 def test_dtype_mutants_lose_points(name):
     """Every student function, wrapped to return its tensors in another dtype (DTYPE_CASTS), fails
     a hidden test of its question on the dtype: some hidden test checks each function's output
@@ -265,7 +268,7 @@ def test_dtype_mutants_lose_points(name):
     assert not missed, f"{name}: no hidden test checks the output dtype of: {missed}"
 
 
-@pytest.mark.parametrize("name", HOMEWORK)
+@pytest.mark.parametrize("name", BY_HOMEWORK)
 def test_dtype_exemptions_still_hold(name):
     """An exempt function's wrapped copy keeps full marks (the cast changes nothing it returns on
     the tests' inputs), and every exemption names a function of the homework."""
@@ -315,7 +318,7 @@ def _fills_minus_1e9(name: str, mutant: tuple) -> bool:
     return any("1e9" in source for source in mutant[1].values())
 
 
-@pytest.mark.parametrize("name", HOMEWORK)
+@pytest.mark.parametrize("name", BY_HOMEWORK)
 def test_every_masked_question_has_a_minus_1e9_mutant(name):
     """A question whose function takes a mask has a mutant that fills masked scores with -1e9
     instead of -inf, and a hidden test catches it: so some hidden test has a fully masked row (a
@@ -348,7 +351,7 @@ def test_every_masked_question_has_a_minus_1e9_mutant(name):
     assert not uncaught, f"{name}: no hidden test catches the -1e9 mutants of: {uncaught}"
 
 
-@pytest.mark.parametrize("name", HOMEWORK)
+@pytest.mark.parametrize("name", BY_HOMEWORK)
 def test_each_test_case_checks_one_function(name):
     """Points are per function: each test case (its parameters name what it takes from the
     notebook) takes exactly one student function, so a wrong function costs only its own points."""
@@ -362,23 +365,18 @@ def test_each_test_case_checks_one_function(name):
     assert not several, f"{name}: test cases that take more (or less) than one student function: {several}"
 
 
-def test_mutation_scores(capsys):
-    """Print the mutation score of each homework (caught / mutants); every mutant must be caught."""
-    lines = []
+@pytest.mark.parametrize("name", BY_HOMEWORK)
+def test_mutation_score(name, capsys):
+    """Print the homework's mutation score (caught / mutants); every mutant must be caught."""
+    results = graded(name)
+    mutants = load_mutants(homework(name))
     missed = []
-    for name in HOMEWORK:
-        results = graded(name)
-        mutants = load_mutants(homework(name))
-        caught = 0
-        for mutant, (question, *_) in mutants.items():
-            q = next(q for q in results[mutant].questions if q.name == question)
-            if q.score < q.possible:
-                caught += 1
-            else:
-                missed.append(f"{name}: {mutant}")
-        lines.append(f"{name}: mutation score {caught}/{len(mutants)}")
+    for mutant, (question, *_) in mutants.items():
+        q = next(q for q in results[mutant].questions if q.name == question)
+        if q.score >= q.possible:
+            missed.append(mutant)
     with capsys.disabled():
-        print("\n" + "\n".join(lines))
+        print(f"\n{name}: mutation score {len(mutants) - len(missed)}/{len(mutants)}")
     assert not missed, missed
 
 
@@ -398,7 +396,7 @@ def _hidden_source_lines(hw) -> list[str]:
     return lines
 
 
-@pytest.mark.parametrize("name", HOMEWORK)
+@pytest.mark.parametrize("name", BY_HOMEWORK)
 def test_feedback_never_shows_hidden_test_source(name):
     """Every graded mutant's feedback (failures with messages of every kind) is free of the hidden
     tests' code."""
