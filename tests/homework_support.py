@@ -1,7 +1,8 @@
 """Shared helpers for the homework and grader tests (not a test module).
 
 Building the homework (``otter assign``) costs seconds, so it happens once per test session,
-whichever test module asks first. :func:`homework` builds only the homework it is asked for;
+whichever test module asks first: :func:`homework` builds the homework it is asked for and
+every other one that is not built or is stale, in one process;
 builds are serialized across processes with a lock file (two ``otter assign`` runs on one
 homework folder would delete each other's files).
 """
@@ -40,10 +41,12 @@ def _build_lock():
 
 
 def _build(stale: list[Homework]) -> None:
-    problems = build(stale, verify=False, otter_tests=False)
+    # under pytest-xdist the other worker keeps the second core busy: one otter process builds them all
+    jobs = 1 if os.environ.get("PYTEST_XDIST_WORKER") else None
+    problems = build(stale, jobs=jobs, verify=False, otter_tests=False)
     if problems:  # another process may have been building the same folder: once more, alone
         still = [hw for hw in stale if not is_current(hw)]
-        problems = build(still, verify=False, otter_tests=False) if still else []
+        problems = build(still, jobs=jobs, verify=False, otter_tests=False) if still else []
     assert not problems, "\n".join(problems)
 
 
@@ -76,8 +79,9 @@ def homework(name: str) -> Homework:
             if not matches:
                 raise KeyError(name)
             hw = matches[0]
-            if not is_current(hw):
-                _build([hw])
+            if not is_current(hw):  # and every other stale homework with it: importing otter is
+                # most of a build's cost, so one process builds them all (a fresh checkout has none)
+                _build([other for other in all_homework() if other.name == name or not is_current(other)])
             _one[name] = hw
         return _one[name]
 
