@@ -31,10 +31,11 @@ $(VENV)/.installed: pyproject.toml
 book: setup  ## build the website into _build/html (strict: any warning fails)
 	$(BIN)/jupyter-book build -W -n --keep-going .
 
-# parallel test workers (pytest-xdist), each taking whole files; the book build waits for the chapters
+# parallel test workers (pytest-xdist), each taking units of work (a file, or a part a file marks: tests/units.py),
+# longest first (conftest.py ORDER); the book build waits for the chapters
 TEST_JOBS ?= 2
 test: lint  ## the whole check: lint, every chapter (nbval, once), the package, homework and grader tests, the strict book build and the browser tests
-	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder
+	$(BIN)/python -m pytest -n $(TEST_JOBS)
 
 test-quick: setup  ## the package's own tests only (no chapters, homework, grader or website): the inner loop
 	$(BIN)/python -m pytest tests -q -m "not course"

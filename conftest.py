@@ -197,7 +197,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("dist", "no") == "loadgroup" and not os.environ.get("PYTEST_XDIST_WORKER"):
+    parallel = config.getoption("dist", "no") == "loadgroup" and config.getoption("numprocesses", None)
+    if parallel and not os.environ.get("PYTEST_XDIST_WORKER"):
         import tempfile
 
         os.environ[_UNITS_ENV] = tempfile.mkdtemp(prefix="attnbook-test-units-")

@@ -18,8 +18,9 @@ device and in the dtype of the inputs. The public functions are re-exported here
   ``permutations``, ``equivariance``, ``kv_cache``, ``rotary``, ``grouped_query``,
   ``sliding_window``, ``alibi``, ``interpretability``; :mod:`attnbook.formal` the column-convention
   versions of *Formal Algorithms for Transformers*;
-* the models and their training: ``models`` (:class:`attnbook.models.SequenceModel` and its
-  :class:`attnbook.models.SequenceModelConfig`), ``tasks``, ``training``, ``margins``;
+* the models and their training: ``models`` (:class:`attnbook.models.SequenceModel` and
+  :class:`attnbook.models.EncoderDecoder`, each made from its frozen config record), ``tasks``,
+  ``training``, ``margins``;
 * tools: ``validators`` (the argument checks), ``device``, ``sampling``, ``memory``, ``bench``,
   ``plotting`` and ``diagrams`` (the figures).
 

@@ -736,6 +736,53 @@ class SequenceModel(nn.Module):
         return torch.cat(generated, dim=1)  # (batch, steps)
 
 
+# the same for the encoder-decoder: its shape in one frozen record, checked when it is made
+@dataclass(frozen=True)
+class EncoderDecoderConfig:
+    """The shape of an :class:`EncoderDecoder` (chapters 4 and 7), checked when it is made.
+
+    Args:
+        src_vocab, tgt_vocab: input id counts of the source and of the decoder (the decoder's
+            input vocabulary must contain ``bos``). d_model, num_heads: width and heads of every block.
+        num_layers: encoder blocks; num_decoder_layers: decoder blocks (default num_layers).
+        max_len: longest source and target. out_size: output classes (default tgt_vocab).
+        score: the cross-attention's score function (``"dot"``, ``"additive"``, ``"general"``).
+        positional: add the sinusoidal encoding to both embeddings. mlp, d_ff, norm: as for
+            :class:`SequenceModelConfig`.
+
+    ``dataclasses.replace(config, score="additive")`` gives a changed copy.
+    """
+
+    src_vocab: int
+    tgt_vocab: int
+    d_model: int
+    num_heads: int
+    num_layers: int = 1
+    num_decoder_layers: int | None = None
+    max_len: int = 64
+    out_size: int | None = None
+    score: str = "dot"
+    positional: bool = True
+    mlp: bool = True
+    d_ff: int | None = None
+    norm: str | None = "pre"
+
+    def __post_init__(self) -> None:
+        check_sizes(
+            src_vocab=self.src_vocab,
+            tgt_vocab=self.tgt_vocab,
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            num_layers=self.num_layers,
+            num_decoder_layers=self.num_decoder_layers,
+            max_len=self.max_len,
+            out_size=self.out_size,
+            d_ff=self.d_ff,
+        )
+        check_one_of("score", self.score, SCORES)
+        check_one_of("norm", self.norm, NORMS)
+
+
 class EncoderDecoder(nn.Module):
     r"""An encoder and a decoder joined by cross-attention (chapters 4 and 7).
 
@@ -744,58 +791,38 @@ class EncoderDecoder(nn.Module):
 
     The decoder reads the target shifted right (teacher forcing: position i holds the previous
     target token, position 0 a start token ``bos``) under the causal mask, and every decoder
-    block attends to Z with the score function ``score`` (:func:`cross_attention_module`). At inference
-    :meth:`generate` feeds back its own greedy choices.
+    block attends to Z with the score function ``config.score`` (:func:`cross_attention_module`).
+    At inference :meth:`generate` feeds back its own greedy choices.
 
     Args:
-        src_vocab, tgt_vocab: input id counts of the source and of the decoder (the decoder's
-            input vocabulary must contain ``bos``). d_model, num_heads: as for :class:`SequenceModelConfig`.
-        num_layers: encoder blocks; num_decoder_layers: decoder blocks (default num_layers).
-        max_len: longest source and target. out_size: output classes (default tgt_vocab).
-        score: the cross-attention's score function. positional, mlp, d_ff, norm: as for
-            :class:`SequenceModelConfig`.
+        config: an :class:`EncoderDecoderConfig`, e.g. ``EncoderDecoderConfig(src_vocab=9,
+            tgt_vocab=5, d_model=16, num_heads=2, score="additive")``.
+        device, dtype: where and in which dtype to create the parameters.
 
     Submodules: ``src_embed``, ``tgt_embed``, ``encoder`` (``nn.ModuleList`` of
     :class:`EncoderBlock`), ``encoder_norm``, ``decoder`` (``nn.ModuleList`` of
     :class:`DecoderBlock`), ``final_norm``, ``head``.
     """
 
-    def __init__(
-        self,
-        src_vocab: int,
-        tgt_vocab: int,
-        d_model: int,
-        num_heads: int,
-        num_layers: int = 1,
-        *,
-        num_decoder_layers: int | None = None,
-        max_len: int = 64,
-        out_size: int | None = None,
-        score: str = "dot",
-        positional: bool = True,
-        mlp: bool = True,
-        d_ff: int | None = None,
-        norm: str | None = "pre",
-        device=None,
-        dtype=None,
-    ) -> None:
+    def __init__(self, config: EncoderDecoderConfig, *, device=None, dtype=None) -> None:
         super().__init__()
-        check_one_of("norm", norm, NORMS)
-        check_one_of("score", score, SCORES)
+        check_type("config", config, EncoderDecoderConfig, "attnbook.models.EncoderDecoderConfig")
         factory = {"device": device, "dtype": dtype}
-        block_args = {"norm": norm, "mlp": mlp, **factory}
-        check_sizes(num_layers=num_layers, num_decoder_layers=num_decoder_layers, out_size=out_size)
-        num_decoder_layers = num_layers if num_decoder_layers is None else num_decoder_layers
-        self.out_size = tgt_vocab if out_size is None else out_size
-        self.src_embed = _Embedding(src_vocab, d_model, max_len, positional, factory)
-        self.tgt_embed = _Embedding(tgt_vocab, d_model, max_len, positional, factory)
-        self.encoder = nn.ModuleList(EncoderBlock(d_model, num_heads, d_ff, **block_args) for _ in range(num_layers))
-        self.decoder = nn.ModuleList(
-            DecoderBlock(d_model, num_heads, d_ff, score=score, **block_args) for _ in range(num_decoder_layers)
+        c = self.config = config
+        block_args = {"norm": c.norm, "mlp": c.mlp, **factory}
+        num_decoder_layers = c.num_layers if c.num_decoder_layers is None else c.num_decoder_layers
+        self.out_size = c.tgt_vocab if c.out_size is None else c.out_size
+        self.src_embed = _Embedding(c.src_vocab, c.d_model, c.max_len, c.positional, factory)
+        self.tgt_embed = _Embedding(c.tgt_vocab, c.d_model, c.max_len, c.positional, factory)
+        self.encoder = nn.ModuleList(
+            EncoderBlock(c.d_model, c.num_heads, c.d_ff, **block_args) for _ in range(c.num_layers)
         )
-        self.encoder_norm = _layer_norm(d_model, norm if norm == "pre" else None, factory)
-        self.final_norm = _layer_norm(d_model, norm if norm == "pre" else None, factory)
-        self.head = nn.Linear(d_model, self.out_size, **factory)
+        self.decoder = nn.ModuleList(
+            DecoderBlock(c.d_model, c.num_heads, c.d_ff, score=c.score, **block_args) for _ in range(num_decoder_layers)
+        )
+        self.encoder_norm = _layer_norm(c.d_model, c.norm if c.norm == "pre" else None, factory)
+        self.final_norm = _layer_norm(c.d_model, c.norm if c.norm == "pre" else None, factory)
+        self.head = nn.Linear(c.d_model, self.out_size, **factory)
 
     @property
     def max_len(self) -> int:

@@ -22,7 +22,14 @@ from torch import nn  # noqa: E402
 
 from attnbook.diagrams.models import ALIGNMENT, draw_attention_model  # noqa: E402
 from attnbook.diagrams.style import alt_text, labels_in  # noqa: E402
-from attnbook.models import DecoderBlock, EncoderBlock, EncoderDecoder, SequenceModel, SequenceModelConfig  # noqa: E402
+from attnbook.models import (  # noqa: E402
+    DecoderBlock,
+    EncoderBlock,
+    EncoderDecoder,
+    EncoderDecoderConfig,
+    SequenceModel,
+    SequenceModelConfig,
+)
 from attnbook.tasks import Translation  # noqa: E402
 
 from ..figures import close_figures, png  # noqa: E402, F401  (close_figures: autouse)
@@ -117,7 +124,7 @@ def test_the_dashed_parts_are_the_ones_a_model_can_leave_out():
     without = SequenceModel(SequenceModelConfig(10, 8, 2, positional=False, mlp=False))
     assert not without.embed.positional and without.blocks[0].mlp is None  # positions and MLP: off
     assert not hasattr(EncoderBlock(8, 2), "cross_attn")  # cross-attention: only in an encoder-decoder
-    assert isinstance(EncoderDecoder(10, 11, 8, 2).decoder[0].cross_attn, nn.Module)
+    assert isinstance(EncoderDecoder(EncoderDecoderConfig(10, 11, 8, 2)).decoder[0].cross_attn, nn.Module)
     assert isinstance(SequenceModel(SequenceModelConfig(10, 8, 2)).final_norm, nn.LayerNorm)  # the final LN of pre-norm
 
 

@@ -15,6 +15,7 @@ from attnbook.models import (
     DecoderBlock,
     EncoderBlock,
     EncoderDecoder,
+    EncoderDecoderConfig,
     FeedForward,
     ScoredAttention,
     SequenceModel,
@@ -251,7 +252,7 @@ def test_padding_mask_is_respected(device):
     assert_close(a[0], b[0])
     assert_close(a[1, :3], b[1, :3])
     # an encoder-decoder's source mask hides padded source tokens from the encoder and the decoder
-    ed = EncoderDecoder(9, 5, 8, 2, max_len=6, device=device, dtype=F64)
+    ed = EncoderDecoder(EncoderDecoderConfig(9, 5, 8, 2, max_len=6), device=device, dtype=F64)
     target_in = torch.randint(5, (2, 4), device=device)
     source_keep = attnbook.padding_mask(lengths, 6)
     assert_close(ed(tokens, target_in, source_keep)[0], ed(changed, target_in, source_keep)[0])
@@ -260,7 +261,9 @@ def test_padding_mask_is_respected(device):
 @pytest.mark.parametrize("score", ["dot", "additive", "general"])
 def test_encoder_decoder_shapes(score, device):
     _seeded()
-    model = EncoderDecoder(9, 6, 8, 2, 2, num_decoder_layers=1, max_len=7, out_size=5, score=score, device=device)
+    model = EncoderDecoder(
+        EncoderDecoderConfig(9, 6, 8, 2, 2, num_decoder_layers=1, max_len=7, out_size=5, score=score), device=device
+    )
     source, target_in = torch.randint(9, (3, 7), device=device), torch.randint(6, (3, 4), device=device)
     logits, weights = model(source, target_in, need_weights=True)
     assert logits.shape == (3, 4, 5)
@@ -414,7 +417,9 @@ def test_sequence_model_generation_with_cache(norm, device):
 @pytest.mark.parametrize("score", ["dot", "additive", "general"])
 def test_encoder_decoder_generation_with_cache(score, device):
     _seeded()
-    model = EncoderDecoder(9, 7, 16, 2, 2, max_len=8, out_size=7, score=score, device=device, dtype=F64)
+    model = EncoderDecoder(
+        EncoderDecoderConfig(9, 7, 16, 2, 2, max_len=8, out_size=7, score=score), device=device, dtype=F64
+    )
     source = torch.randint(9, (5, 8), generator=torch.Generator().manual_seed(0)).to(device)
     cached = model.generate(source, 6, bos=6, use_cache=True)
     plain = model.generate(source, 6, bos=6, use_cache=False)
@@ -426,7 +431,7 @@ def test_encoder_decoder_generation_with_cache(score, device):
 def test_cached_decoding_gives_the_same_logits(device):
     """Step-by-step decoding with a KV cache reproduces the logits of the full decoder (chapter 8)."""
     _seeded()
-    model = EncoderDecoder(9, 7, 16, 2, 2, max_len=8, device=device, dtype=F64)
+    model = EncoderDecoder(EncoderDecoderConfig(9, 7, 16, 2, 2, max_len=8), device=device, dtype=F64)
     source, target_in = torch.randint(9, (2, 8), device=device), torch.randint(7, (2, 6), device=device)
     memory, _ = model.encode(source)
     full, _ = model.decode(target_in, memory)
@@ -497,7 +502,7 @@ def test_clear_errors():
         block(torch.zeros(1, 3, 8), cache=attnbook.KVCache(4))
     with pytest.raises(TypeError, match="dtype"):
         block(torch.zeros(1, 3, 8, dtype=F64))
-    ed = EncoderDecoder(5, 4, 8, 2, max_len=4)
+    ed = EncoderDecoder(EncoderDecoderConfig(5, 4, 8, 2, max_len=4))
     with pytest.raises(ValueError, match="bos"):
         ed.generate(torch.zeros(1, 3, dtype=torch.long), 2, bos=4)
     with pytest.raises(ValueError, match="memory"):
@@ -523,3 +528,26 @@ def test_sequence_model_config_is_a_checked_frozen_record():
         SequenceModelConfig(9, 8, 2, norm="middle")
     with pytest.raises(TypeError, match="SequenceModelConfig"):
         SequenceModel({"vocab_size": 9, "d_model": 8, "num_heads": 2})
+
+
+def test_encoder_decoder_config_is_a_checked_frozen_record():
+    """One EncoderDecoderConfig holds what an EncoderDecoder is; it checks itself when it is made,
+    and the model built from it has the layers it names."""
+    import dataclasses
+
+    config = EncoderDecoderConfig(src_vocab=9, tgt_vocab=5, d_model=8, num_heads=2, num_layers=2)
+    assert (config.num_decoder_layers, config.max_len, config.score, config.norm) == (None, 64, "dot", "pre")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.score = "additive"
+    model = EncoderDecoder(dataclasses.replace(config, num_decoder_layers=1, score="general", out_size=3))
+    assert len(model.encoder) == 2 and len(model.decoder) == 1 and model.out_size == 3
+    assert isinstance(model.decoder[0].cross_attn, ScoredAttention)
+    assert model.config.score == "general" and config.score == "dot"
+    with pytest.raises(ValueError, match="num_decoder_layers"):
+        EncoderDecoderConfig(9, 5, 8, 2, num_decoder_layers=0)
+    with pytest.raises(ValueError, match="score"):
+        EncoderDecoderConfig(9, 5, 8, 2, score="cosine")
+    with pytest.raises(ValueError, match="norm"):
+        EncoderDecoderConfig(9, 5, 8, 2, norm="middle")
+    with pytest.raises(TypeError, match="EncoderDecoderConfig"):
+        EncoderDecoder({"src_vocab": 9, "tgt_vocab": 5, "d_model": 8, "num_heads": 2})

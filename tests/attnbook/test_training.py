@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from attnbook.models import EncoderDecoder, SequenceModel, SequenceModelConfig
+from attnbook.models import EncoderDecoder, EncoderDecoderConfig, SequenceModel, SequenceModelConfig
 from attnbook.tasks import IGNORE, CopyOffset, Translation
 from attnbook.training import History, accuracy, evaluate, model_logits, sequence_accuracy, sequence_loss, train
 
@@ -81,9 +81,15 @@ def test_same_seed_same_loss_curve():
 def test_records_and_seq2seq(device):
     task = Translation(length=4, num_symbols=5)
     torch.manual_seed(0)
-    model = EncoderDecoder(
-        task.vocab_size, task.decoder_vocab_size, 8, 2, max_len=4, out_size=task.out_size, device=device
+    config = EncoderDecoderConfig(
+        src_vocab=task.vocab_size,
+        tgt_vocab=task.decoder_vocab_size,
+        d_model=8,
+        num_heads=2,
+        max_len=4,
+        out_size=task.out_size,
     )
+    model = EncoderDecoder(config, device=device)
     probe = task(8, torch.Generator().manual_seed(1), device)
     history = train(
         model,
