@@ -224,10 +224,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         units: dict[str, str] | None = None
 
         def _split_scope(self, nodeid: str) -> str:
-            if self.units is None:
-                folder = Path(os.environ[_UNITS_ENV])
+            if self.units is None:  # read once, when every worker has collected
+                folder = os.environ.get(_UNITS_ENV)
                 self.units = {}
-                for written in sorted(folder.glob("gw*.json")):
+                for written in sorted(Path(folder).glob("gw*.json")) if folder else []:
                     self.units.update(json.loads(written.read_text(encoding="utf-8")))
             return self.units.get(nodeid) or nodeid.split("::")[0]
 
