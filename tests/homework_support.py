@@ -20,7 +20,7 @@ import threading
 import zipfile
 from pathlib import Path
 
-from attngrade.build.assign import build
+from attngrade.build.assign import LIGHT_MODULES, build
 from attngrade.homework import Homework, all_homework
 from attngrade.sandboxed.integrity import INTEGRITY_FILE
 
@@ -153,8 +153,9 @@ def autograder_zip(hw: Homework) -> Path | None:
 
 def is_current(hw: Homework) -> bool:
     """Built (dist/ newer than the master and grading.yml), and its autograder zip ships the
-    integrity list and today's attngrade.checks / attngrade.sandboxed.integrity. One criterion for every
-    worker: a homework found stale is rebuilt once, under the lock, before anyone grades with it."""
+    integrity list and today's copy of every module of attngrade it carries (LIGHT_MODULES). One
+    criterion for every worker: a homework found stale is rebuilt once, under the lock, before
+    anyone grades with it."""
     if not hw.is_built():
         return False
     path = autograder_zip(hw)
@@ -165,7 +166,7 @@ def is_current(hw: Homework) -> bool:
         names = set(z.namelist())
         if f"files/attnbook_pkg/{INTEGRITY_FILE}" not in names:
             return False
-        for module in ("checks.py", "sandboxed/integrity.py"):
+        for module in LIGHT_MODULES:
             name = f"files/attnbook_pkg/src/attngrade/{module}"
             if name not in names or z.read(name) != (src / module).read_bytes():
                 return False

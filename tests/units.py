@@ -1,7 +1,8 @@
 """Units of work for ``make test``'s parallel workers (pytest-xdist, ``--dist loadgroup``).
 
-A unit runs whole on one worker. By default a unit is a test file (the root ``conftest.py`` marks
-every test that has no unit of its own with its file), so a module-scoped fixture is set up once.
+A unit runs whole on one worker. By default a unit is a test file (the scheduler in the root
+``conftest.py`` puts a test that has no unit of its own in its file's), so a module-scoped fixture
+is set up once.
 A file whose tests need nothing in common but take long splits itself into units, so that the
 two workers share it instead of one running it all while the other waits:
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from .checks import CheckFailure
-from .sandboxed.candidates import prepare
+from .sandboxed.candidates import describe, prepare
 from .sandboxed.integrity import ForbiddenReference, forbidden_what, watch_call
 
 #: longest part of a student's error message that a public check repeats
@@ -82,14 +82,6 @@ def _test_name(test: Any) -> str:
     return name if isinstance(name, str) and name else "your test"
 
 
-def _describe(exc: BaseException) -> str:
-    try:
-        text = f"{type(exc).__name__}: {exc}"
-    except Exception:  # a student's exception whose __str__ fails
-        text = type(exc).__name__
-    return text[:2000]
-
-
 def run_student_test(test: Any, function_name: str, source: str) -> TestRun:
     """Run the student's ``test`` on the implementation of ``function_name`` that ``source``
     defines; in the sandbox when ``test`` is the class grader's proxy, else here (under the
@@ -113,7 +105,7 @@ def run_student_test(test: Any, function_name: str, source: str) -> TestRun:
     except ForbiddenReference as exc:
         return TestRun(False, calls(), str(exc), tuple(exc.hits))
     except (Exception, SystemExit) as exc:  # KeyboardInterrupt still stops the student's own kernel
-        return TestRun(False, calls(), _describe(exc))
+        return TestRun(False, calls(), describe(exc))
     return TestRun(True, calls())
 
 

@@ -27,6 +27,17 @@ from typing import Any
 FILENAME = "<candidate>"
 
 
+def describe(exc: BaseException) -> str:
+    """``"TypeError: message"`` for an exception that student code raised (at most 2,000
+    characters), or its type's name alone when its ``__str__`` itself fails; used wherever a
+    student's code runs (the sandbox's worker, and a student's test in the notebook)."""
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except BaseException:  # a student's exception whose __str__ fails
+        text = type(exc).__name__
+    return text[:2000]
+
+
 class CandidateError(Exception):
     """The instructor's candidate source does not compile or does not define the function."""
 

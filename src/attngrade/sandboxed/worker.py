@@ -34,6 +34,7 @@ import types
 from typing import Any
 
 from . import candidates, protocol
+from .candidates import describe
 
 #: folders the sandbox may write to (tmpfs mounts, emptied after every submission)
 WRITABLE = ("/tmp", "/dev/shm")
@@ -505,14 +506,6 @@ def _arm(seconds: float) -> None:
     seconds = max(seconds, 0.0)
     signal.setitimer(signal.ITIMER_PROF, seconds)
     signal.setitimer(signal.ITIMER_REAL, seconds * WALL_FACTOR)
-
-
-def describe(exc: BaseException) -> str:
-    try:
-        text = f"{type(exc).__name__}: {exc}"
-    except BaseException:  # a student's exception whose __str__ fails
-        text = type(exc).__name__
-    return text[:2000]
 
 
 def is_missing_reference(exc: BaseException) -> bool:
