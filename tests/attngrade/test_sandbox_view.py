@@ -69,3 +69,19 @@ def test_the_clean_up_between_submissions_keeps_mounts_whose_path_has_a_space():
         "/tmp/my course/.venv",
         "/tmp/tab\tand\\slash",
     }
+
+
+def test_the_worker_imports_before_any_fork_what_assert_close_imports_late():
+    """torch.testing.assert_close imports torch.distributed.tensor at its first call (half a
+    second, several under the integrity guard): the worker's preload pays it once, so that no
+    submission's child (a fork) pays it again."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from attngrade.sandboxed.worker import preload; preload([]); import torch;"
+        "print(not torch.distributed.is_available() or 'torch.distributed.tensor' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "True"
