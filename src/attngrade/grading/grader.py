@@ -28,6 +28,7 @@ from typing import Any
 
 from ..checks import CheckFailure
 from ..homework import Homework, Question, TestCaseSpec
+from ..sandboxed.worker import warm_ups
 from . import static
 from .notebook import Submission, SubmissionError, read_submission, submission_name
 from .results import CaseResult, QuestionResult, SubmissionResult
@@ -200,7 +201,8 @@ class Grader:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
 
-    def _ensure_started(self) -> None:
+    def _ensure_started(self, warm: list[str]) -> None:
+        """Build the sandbox's view and start one worker; each worker warms up ``warm``."""
         if self._root is not None:
             return
         if self.sandbox and find_bwrap() is None:
@@ -214,6 +216,7 @@ class Grader:
                 self._view,
                 hide=hide,
                 forbidden=self.homework.forbidden,
+                warm=warm,
                 sandbox=self.sandbox,
                 tmp_mb=int(self.limits.get("tmp_mb", 64)),
             )
@@ -305,7 +308,9 @@ class Grader:
     ) -> list[SubmissionResult]:
         """Grade submissions in parallel, each on ``questions[its name]`` if given, else on every
         question; results in the same order, each starting with its reader's notes."""
-        self._ensure_started()
+        # a call the batch's notebooks make that is slow at its first (worker.WARM_UPS): made once
+        # per worker before any fork, instead of once per submission that makes it
+        self._ensure_started(warm_ups("\n".join(cell for sub in items for cell in sub.cells)))
         # starting a sandbox costs seconds (torch, matplotlib, the guard's first use), as much as
         # grading several ordinary submissions: unless told how many, a small batch uses fewer
         parallel = self.jobs

@@ -86,6 +86,7 @@ class Worker:
         *,
         hide: list[str],
         forbidden: list[str],
+        warm: list[str] = (),
         sandbox: bool = True,
         startup_timeout: float = 180.0,
         tmp_mb: int = 64,
@@ -93,6 +94,7 @@ class Worker:
         self.view = view
         self.hide = hide
         self.forbidden = forbidden
+        self.warm = list(warm)
         self.sandbox = sandbox
         self.startup_timeout = startup_timeout
         self.tmp_mb = tmp_mb
@@ -168,7 +170,7 @@ class Worker:
         theirs.close()
         self.ctrl = ours
         self.uid = secrets.randbelow(UID_RANGE[1] - UID_RANGE[0]) + UID_RANGE[0] if as_root and self.sandbox else None
-        hello = {"forbidden": self.forbidden, "drop_uid": self.uid, "sandboxed": self.sandbox}
+        hello = {"forbidden": self.forbidden, "warm": self.warm, "drop_uid": self.uid, "sandboxed": self.sandbox}
         try:
             ours.settimeout(self.startup_timeout)
             ours.send(json.dumps(hello).encode())
