@@ -114,14 +114,21 @@ def pytest_runtest_makereport(item, call):
         item.parent.failed = True
 
 
+#: the temporary folder of the converted chapters when pytest's cache plugin is disabled
+_NBVAL_TMP = pytest.StashKey[Path]()
+
+
 def _nbval_folder(config: pytest.Config) -> Path:
-    """Pytest's cache folder ``nbval``, or a temporary folder when the cache plugin is disabled."""
+    """Pytest's cache folder ``nbval``, or, when the cache plugin is disabled, one temporary folder
+    for the run (removed when it ends: pytest_unconfigure)."""
     cache = getattr(config, "cache", None)
     if cache is not None:
         return cache.mkdir("nbval")
-    import tempfile
+    if _NBVAL_TMP not in config.stash:
+        import tempfile
 
-    return Path(tempfile.mkdtemp(prefix="attnbook-nbval-"))
+        config.stash[_NBVAL_TMP] = Path(tempfile.mkdtemp(prefix="attnbook-nbval-"))
+    return config.stash[_NBVAL_TMP]
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
@@ -205,11 +212,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    import shutil
+
     folder = os.environ.get(_UNITS_ENV)
     if folder and not os.environ.get("PYTEST_XDIST_WORKER"):
-        import shutil
-
         shutil.rmtree(folder, ignore_errors=True)
+    if _NBVAL_TMP in config.stash:
+        shutil.rmtree(config.stash[_NBVAL_TMP], ignore_errors=True)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
