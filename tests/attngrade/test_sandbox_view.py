@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 from attngrade.grading import view
 
 
@@ -71,51 +74,28 @@ def test_the_clean_up_between_submissions_keeps_mounts_whose_path_has_a_space():
     }
 
 
-def test_the_worker_warms_up_before_any_fork_what_the_notebook_calls_that_is_slow_at_first():
+def test_a_worker_warms_up_before_any_fork_what_a_notebook_of_its_batch_calls():
     """torch.testing.assert_close imports torch.distributed.tensor at its first call (half a
-    second, more under the integrity guard). A worker grading a homework whose notebook calls it
-    pays that once, before any fork, so that no submission's child (a fork) pays it again; a worker
-    for a homework that does not call it does not pay it at all."""
-    import subprocess
-    import sys
-
-    from attngrade.sandboxed.worker import warm_ups
-
-    assert warm_ups("torch.testing.assert_close(got, want)") == ["assert_close"]
-    assert warm_ups("assert torch.allclose(got, want)") == []
-    code = (
-        "import sys; from attngrade.sandboxed.worker import preload; preload([], {warm}); import torch;"
-        "print(not torch.distributed.is_available() or 'torch.distributed.tensor' in sys.modules)"
-    )
-    for warm, imported in ((["assert_close"], "True"), ([], "False")):
-        proc = subprocess.run(
-            [sys.executable, "-c", code.format(warm=warm)], capture_output=True, text=True, timeout=120
-        )
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert proc.stdout.strip() == imported, warm
-
-
-def test_a_batch_that_calls_assert_close_gets_workers_that_warmed_it_up(monkeypatch):
-    """The grader tells its workers to warm up what any notebook of the batch calls (hw08's
-    solutions call assert_close), and nothing for a batch that calls none of it."""
-    from attngrade.grading import grader as grading
+    second, more under the integrity guard). When a notebook of the batch calls it, each worker
+    calls it once before any fork, so that no submission's child (a fork) pays it again; when none
+    does, no worker pays it. The probe, run in the child, removes one answer unless the module is
+    already there."""
     from attngrade.grading.grader import Grader
+    from attngrade.sandboxed.worker import warm_ups
 
     from ..homework_support import homework
     from ..submissions import code_cells, submission_with
 
-    told = []
-
-    class Recorded(grading.Worker):
-        def __init__(self, *args, **kwargs):
-            told.append(list(kwargs["warm"]))
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(grading, "Worker", Recorded)
-    for name, warm in (("hw08", ["assert_close"]), ("hw00", [])):
-        told.clear()
-        hw = homework(name)
+    assert warm_ups("torch.testing.assert_close(got, want)") == ["assert_close"]
+    assert warm_ups("assert torch.allclose(got, want)") == []
+    if not torch.distributed.is_available():  # then assert_close imports nothing more
+        pytest.skip("this torch is built without torch.distributed")
+    hw = homework("hw00")
+    probe = "import sys\nif 'torch.distributed.tensor' not in sys.modules:\n    del mask_row_to_column"
+    totals = {}
+    for calls in ("", "\n# and then torch.testing.assert_close(got, want)"):
         with Grader(hw, jobs=1, sandbox=False, static_checks=False) as grader:
-            (result,) = grader.grade_sources([("solutions", code_cells(submission_with(hw, {})))])
-        assert result.total == result.possible, (name, result.notes)
-        assert told == [warm], (name, told)
+            (result,) = grader.grade_sources([("probe", [*code_cells(submission_with(hw, {})), probe + calls])])
+        totals[bool(calls)] = (result.total, result.possible)
+    assert totals[True][0] == totals[True][1], totals  # warmed up: the answer stays
+    assert 0 < totals[False][0] < totals[False][1], totals  # not warmed up: the answer is gone
