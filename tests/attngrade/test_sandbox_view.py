@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -74,13 +76,17 @@ def test_the_clean_up_between_submissions_keeps_mounts_whose_path_has_a_space():
     }
 
 
-def test_a_worker_warms_up_before_any_fork_what_a_notebook_of_its_batch_calls():
+def test_a_worker_warms_up_before_any_fork_what_the_homeworks_notebook_calls(tmp_path):
     """torch.testing.assert_close imports torch.distributed.tensor at its first call (half a
-    second, more under the integrity guard). When a notebook of the batch calls it, each worker
-    calls it once before any fork, so that no submission's child (a fork) pays it again; when none
-    does, no worker pays it. The probe, run in the child, removes one answer unless the module is
-    already there."""
+    second, more under the integrity guard). For a homework whose master notebook calls it (hw08),
+    each worker calls it once before any fork, so that no submission's child (a fork) pays it
+    again; for one that does not, no worker pays it. The homework alone decides, so every child
+    starts the same whoever its classmates are. The probe, run in the child, removes one answer
+    unless the module is already there."""
+    import shutil
+
     from attngrade.grading.grader import Grader
+    from attngrade.homework import load_homework
     from attngrade.sandboxed.worker import warm_ups
 
     from ..homework_support import homework
@@ -88,14 +94,19 @@ def test_a_worker_warms_up_before_any_fork_what_a_notebook_of_its_batch_calls():
 
     assert warm_ups("torch.testing.assert_close(got, want)") == ["assert_close"]
     assert warm_ups("assert torch.allclose(got, want)") == []
+    assert warm_ups(homework("hw08").master.read_text(encoding="utf-8")) == ["assert_close"]
     if not torch.distributed.is_available():  # then assert_close imports nothing more
         pytest.skip("this torch is built without torch.distributed")
-    hw = homework("hw00")
+    plain = homework("hw00")
+    calls = load_homework(shutil.copytree(plain.folder, tmp_path / plain.folder.name))
+    master = json.loads(calls.master.read_text(encoding="utf-8"))
+    master["cells"].append({"cell_type": "markdown", "metadata": {}, "source": ["Check with `assert_close`."]})
+    calls.master.write_text(json.dumps(master), encoding="utf-8")
     probe = "import sys\nif 'torch.distributed.tensor' not in sys.modules:\n    del mask_row_to_column"
     totals = {}
-    for calls in ("", "\n# and then torch.testing.assert_close(got, want)"):
+    for hw in (plain, calls):
         with Grader(hw, jobs=1, sandbox=False, static_checks=False) as grader:
-            (result,) = grader.grade_sources([("probe", [*code_cells(submission_with(hw, {})), probe + calls])])
-        totals[bool(calls)] = (result.total, result.possible)
+            (result,) = grader.grade_sources([("probe", [*code_cells(submission_with(plain, {})), probe])])
+        totals[hw is calls] = (result.total, result.possible)
     assert totals[True][0] == totals[True][1], totals  # warmed up: the answer stays
     assert 0 < totals[False][0] < totals[False][1], totals  # not warmed up: the answer is gone

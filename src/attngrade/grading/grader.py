@@ -201,8 +201,7 @@ class Grader:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
 
-    def _ensure_started(self, warm: list[str]) -> None:
-        """Build the sandbox's view and start one worker; each worker warms up ``warm``."""
+    def _ensure_started(self) -> None:
         if self._root is not None:
             return
         if self.sandbox and find_bwrap() is None:
@@ -211,6 +210,11 @@ class Grader:
         os.chmod(self._root, 0o700)
         self._view = build_view(self._root / "view", self.homework.forbidden)
         hide = hidden_paths([str(self.homework.folder.parent), *self.hide])
+        # a call the homework's notebook makes that is slow at its first (worker.WARM_UPS): made once
+        # per worker before any fork, not once per submission. Decided by the homework alone, so that
+        # every submission's child starts the same, whoever its classmates are (limits count CPU time)
+        master = self.homework.master
+        warm = warm_ups(master.read_text(encoding="utf-8")) if master.exists() else []
         for _ in range(self.jobs):
             w = Worker(
                 self._view,
@@ -308,9 +312,7 @@ class Grader:
     ) -> list[SubmissionResult]:
         """Grade submissions in parallel, each on ``questions[its name]`` if given, else on every
         question; results in the same order, each starting with its reader's notes."""
-        # a call the batch's notebooks make that is slow at its first (worker.WARM_UPS): made once
-        # per worker before any fork, instead of once per submission that makes it
-        self._ensure_started(warm_ups("\n".join(cell for sub in items for cell in sub.cells)))
+        self._ensure_started()
         # starting a sandbox costs seconds (torch, matplotlib, the guard's first use), as much as
         # grading several ordinary submissions: unless told how many, a small batch uses fewer
         parallel = self.jobs

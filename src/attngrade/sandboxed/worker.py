@@ -49,8 +49,9 @@ class CellTimeout(BaseException):
 # -- the worker ------------------------------------------------------------------------------
 
 
-#: what a homework's notebook may call whose first call is slow (it imports more of torch), so that
-#: a worker warms it up before any fork when the notebook calls it (the host names them: warm_ups)
+#: what a homework's notebook may call whose first call is slow (it imports more of torch): a worker
+#: grading a homework whose master notebook calls it makes that call once before any fork (the host
+#: names them: warm_ups)
 WARM_UPS = {
     # torch.testing.assert_close imports torch.distributed.tensor and sympy at its first call:
     # half a second, more under the guard, in every submission's child otherwise
