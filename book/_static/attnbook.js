@@ -84,11 +84,14 @@
   }
 
   let pending = null;
+  let layouts = 0;
   function relayout() {
     clearTimeout(pending);
     pending = setTimeout(() => {
       document.querySelectorAll(FIGURES).forEach(sizeFigure);
       tabStops();
+      layouts += 1;
+      document.documentElement.dataset.attnLayouts = String(layouts); // the browser tests wait for it
     }, 150);
   }
 

@@ -22,6 +22,7 @@ them (CI installs both, so there it always runs).
 from __future__ import annotations
 
 import fcntl
+import filecmp
 import functools
 import http.server
 import json
@@ -126,10 +127,31 @@ def built_site(request) -> Path:
     return SITE
 
 
+#: the site's own stylesheet, script and icon (_config.yml: html_static_path)
+STATIC = ROOT / "book" / "_static"
+
+
+def stale_static_files() -> list[str]:
+    """The files of book/_static whose copy in the built site differs from them. Sphinx copies the
+    static files only when it writes a page: after an edit of attnbook.css or attnbook.js alone, an
+    incremental build keeps the old copy (and the pages keep its old checksum in their links)."""
+    return [
+        str(source.relative_to(STATIC))
+        for source in sorted(STATIC.rglob("*"))
+        if source.is_file()
+        and not (
+            (built := SITE / "_static" / source.relative_to(STATIC)).is_file()
+            and filecmp.cmp(source, built, shallow=False)
+        )
+    ]
+
+
 def _build_strictly() -> str:
-    """Build the site strictly; '' when it built, else the build's warnings and errors."""
+    """Build the site strictly; '' when it built, else the build's warnings and errors. Every page
+    is written again (``--all``) when a static file changed since the last build."""
+    again = ["--all"] if stale_static_files() else []
     build = subprocess.run(
-        [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "-n", "--keep-going", str(ROOT)],
+        [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "-n", "--keep-going", *again, str(ROOT)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -145,6 +167,8 @@ def _build_strictly() -> str:
 
 def test_book_builds_strictly(built_site):
     assert (built_site / "index.html").exists()
+    if "ATTNBOOK_SITE" not in os.environ:  # the site tested is the one book/_static makes today
+        assert stale_static_files() == [], "the built site's copies of book/_static differ from them"
 
 
 @pytest.fixture(scope="module")
@@ -230,6 +254,17 @@ def open_page(browser, site_url, name, query="", **context_options):
     if page.evaluate("!!document.querySelector('script[src*=\"attnbook.js\"]')"):  # figures sized (book/_static)
         page.wait_for_function("() => document.documentElement.dataset.attnFigures === 'ready'", timeout=30_000)
     return context, page, log, has_math
+
+
+def resize(page, viewport: dict) -> None:
+    """Give the page another size, and wait until book/_static/attnbook.js has laid it out again
+    (figures sized, scrolling boxes found: it counts its layouts in ``data-attn-layouts``) and the
+    theme's transitions have ended (its sidebars slide in or out when the width crosses a step)."""
+    count = "Number(document.documentElement.dataset.attnLayouts || 0)"
+    before = page.evaluate(count)
+    page.set_viewport_size(viewport)
+    page.wait_for_function(f"() => {count} > {before}", timeout=10_000)
+    page.wait_for_function("() => document.getAnimations().every(a => a.playState !== 'running')", timeout=10_000)
 
 
 def check_page(page, log, name: str, has_math: bool) -> None:
@@ -543,8 +578,7 @@ def check_page_in_the_browser(browser, site_url, name):
         for theme, screen in (("light", "phone"), ("light", "desktop"), ("dark", "desktop"), ("dark", "phone")):
             label = f"{name} ({screen}, {theme})"
             if page.viewport_size != (PHONE if screen == "phone" else DESKTOP):
-                page.set_viewport_size(PHONE if screen == "phone" else DESKTOP)
-                page.wait_for_timeout(400)  # the theme and book/_static/attnbook.js lay out again
+                resize(page, PHONE if screen == "phone" else DESKTOP)
             if theme == "dark" and page.evaluate("document.documentElement.dataset.theme") != "dark":
                 page.emulate_media(color_scheme="dark")
                 page.wait_for_function("() => document.documentElement.dataset.theme === 'dark'", timeout=10_000)
