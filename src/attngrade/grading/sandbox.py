@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..sandboxed import protocol
@@ -86,7 +87,7 @@ class Worker:
         *,
         hide: list[str],
         forbidden: list[str],
-        warm: list[str] = (),
+        warm: Sequence[str] = (),
         sandbox: bool = True,
         startup_timeout: float = 180.0,
         tmp_mb: int = 64,

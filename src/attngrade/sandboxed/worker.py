@@ -31,6 +31,7 @@ import socket
 import sys
 import time
 import types
+from collections.abc import Sequence
 from typing import Any
 
 from . import candidates, protocol
@@ -64,7 +65,7 @@ def warm_ups(source: str) -> list[str]:
     return [name for name in WARM_UPS if name in source]
 
 
-def preload(forbidden_ops: list[str], warm: list[str] = ()) -> Any:
+def preload(forbidden_ops: list[str], warm: Sequence[str] = ()) -> Any:
     """Import and warm up what a homework uses, once, before any fork; return the guard.
     ``warm`` names WARM_UPS to call once too."""
     import numpy  # noqa: F401
