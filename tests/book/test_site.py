@@ -256,6 +256,11 @@ def open_page(browser, site_url, name, query="", **context_options):
     return context, page, log, has_math
 
 
+#: every transition or animation that ends has ended (one that never ends, a spinner, is left out)
+TRANSITIONS_ENDED_JS = """() => document.getAnimations().every(
+  (a) => a.playState !== 'running' || a.effect?.getComputedTiming().endTime === Infinity)"""
+
+
 def resize(page, viewport: dict) -> None:
     """Give the page another size, and wait until book/_static/attnbook.js has laid it out again
     (figures sized, scrolling boxes found: it counts its layouts in ``data-attn-layouts``) and the
@@ -264,7 +269,7 @@ def resize(page, viewport: dict) -> None:
     before = page.evaluate(count)
     page.set_viewport_size(viewport)
     page.wait_for_function(f"() => {count} > {before}", timeout=10_000)
-    page.wait_for_function("() => document.getAnimations().every(a => a.playState !== 'running')", timeout=10_000)
+    page.wait_for_function(TRANSITIONS_ENDED_JS, timeout=10_000)
 
 
 def check_page(page, log, name: str, has_math: bool) -> None:
@@ -583,9 +588,7 @@ def check_page_in_the_browser(browser, site_url, name):
                 page.emulate_media(color_scheme="dark")
                 page.wait_for_function("() => document.documentElement.dataset.theme === 'dark'", timeout=10_000)
                 # the theme fades some colours over (CSS transitions): measure them once they have ended
-                page.wait_for_function(
-                    "() => document.getAnimations().every(a => a.playState !== 'running')", timeout=10_000
-                )
+                page.wait_for_function(TRANSITIONS_ENDED_JS, timeout=10_000)
                 check_dark_theme(page, name)
             overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
             if overflow > 1:
@@ -689,9 +692,7 @@ def test_sampled_colour_rules_still_find_a_planted_failure(browser, site_url):
             if theme == "dark":
                 page.emulate_media(color_scheme="dark")
                 page.wait_for_function("() => document.documentElement.dataset.theme === 'dark'", timeout=10_000)
-                page.wait_for_function(
-                    "() => document.getAnimations().every(a => a.playState !== 'running')", timeout=10_000
-                )
+                page.wait_for_function(TRANSITIONS_ENDED_JS, timeout=10_000)
             found = accessibility_problems(page, log, f"planted ({theme})", "phone", theme)
             assert any("color-contrast" in p and "#attn-planted-faint" in p for p in found), (theme, found)
             assert any("link-in-text-block" in p and "#attn-planted-link" in p for p in found), (theme, found)
