@@ -132,9 +132,9 @@ STATIC = ROOT / "book" / "_static"
 
 
 def stale_static_files() -> list[str]:
-    """The files of book/_static whose copy in the built site differs from them. Sphinx copies the
-    static files only when it writes a page: after an edit of attnbook.css or attnbook.js alone, an
-    incremental build keeps the old copy (and the pages keep its old checksum in their links)."""
+    """The files of book/_static whose copy in the built site differs from them (Sphinx copies them
+    only when it writes a page; book/_ext/navigation_refresh.py has every page written when one
+    changed)."""
     return [
         str(source.relative_to(STATIC))
         for source in sorted(STATIC.rglob("*"))
@@ -147,11 +147,9 @@ def stale_static_files() -> list[str]:
 
 
 def _build_strictly() -> str:
-    """Build the site strictly; '' when it built, else the build's warnings and errors. Every page
-    is written again (``--all``) when a static file changed since the last build."""
-    again = ["--all"] if stale_static_files() else []
+    """Build the site strictly; '' when it built, else the build's warnings and errors."""
     build = subprocess.run(
-        [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "-n", "--keep-going", *again, str(ROOT)],
+        [str(Path(sys.executable).parent / "jupyter-book"), "build", "-W", "-n", "--keep-going", str(ROOT)],
         cwd=ROOT,
         capture_output=True,
         text=True,
