@@ -7,7 +7,7 @@ A file whose tests need nothing in common but take long splits itself into units
 two workers share it instead of one running it all while the other waits:
 
     @pytest.mark.parametrize("name", by_unit(HOMEWORK, "mutations"))    # a unit per homework
-    @unit("cli-benchmark")                                             # a test that is a unit
+    @unit("cli: benchmark")                                            # a test that is a unit
 
 Tests of one file that share a unit name share a worker (and their module's fixtures).
 """
