@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ..paths import ROOT  # noqa: E402
-from .test_site import CHROMIUM_ARGS, _chromium
+from .test_site import CHROMIUM_ARGS, CHROMIUM_MISSING, _chromium
 
 CHAPTER = "06_permutation_properties.md"
 SHOTS = ROOT / "_build" / "screenshots"
@@ -46,7 +46,7 @@ def test_course_settings_are_installed():
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     if _chromium() is None:
-        pytest.skip("Chromium is not installed: `apt-get install chromium` (Debian) to run the browser test")
+        pytest.skip(CHROMIUM_MISSING)
     try:
         import playwright  # noqa: F401
     except ImportError:

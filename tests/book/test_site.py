@@ -1,4 +1,4 @@
-"""The built website, opened offline in headless Chromium (Playwright driving Debian's chromium).
+"""The built website, opened offline in headless Chromium (Playwright driving Debian's chromium-headless-shell).
 
 For every page of the table of contents: math is typeset by the bundled MathJax, every image
 loads, the previous/next links lead to the neighbouring pages, nothing is fetched from outside
@@ -57,15 +57,22 @@ CHROMIUM_ARGS = [
 
 
 def _chromium() -> str | None:
+    """The Chromium to drive: ``$CHROMIUM``, else Debian's headless shell (``make system``: the same
+    engine without the desktop browser, about a seventh less CPU per page), else the full browser."""
     for candidate in (
         os.environ.get("CHROMIUM"),
-        "/usr/bin/chromium",
+        shutil.which("chromium-headless-shell"),
         shutil.which("chromium"),
         shutil.which("chromium-browser"),
     ):
         if candidate and Path(candidate).exists():
             return candidate
     return None
+
+
+CHROMIUM_MISSING = (
+    "Chromium is not installed: `make system` (Debian: apt-get install chromium-headless-shell) to run the browser test"
+)
 
 
 def toc_pages() -> list[str]:
@@ -173,7 +180,7 @@ def test_book_builds_strictly(built_site):
 def site_url(built_site):
     executable = _chromium()
     if executable is None:
-        pytest.skip("Chromium is not installed: `apt-get install chromium` (Debian) to run the browser test")
+        pytest.skip(CHROMIUM_MISSING)
     try:
         import playwright  # noqa: F401
     except ImportError:
