@@ -58,7 +58,7 @@ CHROMIUM_ARGS = [
 
 def _chromium() -> str | None:
     """The Chromium to drive: ``$CHROMIUM``, else Debian's headless shell (``make system``: the same
-    engine without the desktop browser, about a seventh less CPU per page), else the full browser."""
+    engine without the desktop browser, about a tenth less CPU), else the full browser."""
     for candidate in (
         os.environ.get("CHROMIUM"),
         shutil.which("chromium-headless-shell"),
