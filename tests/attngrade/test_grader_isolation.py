@@ -1044,6 +1044,8 @@ def _run_here(cells):
 
 @pytest.mark.parametrize("name", [n for n in ROUTES if n != "monkeypatch_checks"])
 @unit("isolation: without the batch")
+# the runpy route runs an imported module afresh on purpose, which runpy warns about
+@pytest.mark.filterwarnings("ignore:'attnbook.formal' found in sys.modules:RuntimeWarning")
 def test_each_route_reaches_the_reference_where_it_is_reachable(name):
     """The control for the attacks above: run here, with the real ``attnbook``, each route gives
     the right answers, so its 0 in the sandbox is the reference's absence, not the attack's bug."""
