@@ -12,8 +12,8 @@ ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 # Debian/Ubuntu packages: bubblewrap (the grader's sandboxes) and chromium-headless-shell (the browser
 # test: Chromium's engine without the desktop browser around it, the build Playwright itself uses for
-# headless runs; it takes about a tenth less CPU for the browser tests than the full chromium, which the tests
-# also accept). Installed with apt-get as root, or through sudo; skipped when both are already there.
+# headless runs; the browser tests take about a tenth less CPU with it than with the full chromium,
+# which they also accept). Installed with apt-get as root, or through sudo; skipped when both are there.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 system:  ## install the system packages the course needs (bubblewrap, chromium-headless-shell)
 	@if command -v bwrap >/dev/null && command -v chromium-headless-shell >/dev/null; then echo "bubblewrap and chromium-headless-shell are installed"; \
