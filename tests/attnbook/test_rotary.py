@@ -2,10 +2,10 @@
 shift matrix, scores that depend on the offset only (hypothesis), the two pairings and the
 permutation between them, arbitrary positions, and the errors.
 
-No established implementation is installed in this environment (neither ``transformers`` nor
-``torchtune``); the tests that compare with them are skipped unless they are. The references below
-are written independently of the package: Meta's original Llama formulation (pairs of neighbours
-as complex numbers times ``torch.polar``) and GPT-NeoX's ``rotate_half``.
+The references below are written independently of the package: Meta's original Llama formulation
+(pairs of neighbours as complex numbers times ``torch.polar``) and GPT-NeoX's ``rotate_half``;
+``transformers`` (pinned in ``[test]``) is compared here through its ``apply_rotary_pos_emb`` and,
+whole attention layers with their weights copied, in ``tests/attnbook/production/``.
 """
 
 from __future__ import annotations
