@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 # Jupyter refuses to start as root unless told it may
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: system setup book test test-quick lint lab clean assignments bench publish release check-seeds check-otter bench-flash
+.PHONY: system setup book test test-quick lint lab clean assignments bench publish release check-seeds check-otter bench-flash check-gpu
 
 # Debian/Ubuntu packages: bubblewrap (the grader's sandboxes) and chromium-headless-shell (the browser
 # test: Chromium's engine without the desktop browser around it, the build Playwright itself uses for
@@ -65,6 +65,11 @@ release: book  ## the student-facing course in dist/course: site, package wheel/
 
 bench-flash: setup  ## time FlashAttention (Triton kernels and PyTorch tiles) against PyTorch's SDPA and the plain formula, forward and forward+backward (BENCH_ARGS=--quick for a smoke run; on a GPU: n 512 to 16k, bfloat16)
 	$(BIN)/python -m attnbook.kernels.bench_flash $(BENCH_ARGS)
+
+# on a machine with a CUDA GPU (a short device window: at most 7.5 minutes by the steps' caps); no `setup`
+# dependency, since a device machine has its own PyTorch and Triton and cannot install (python3 without .venv)
+check-gpu:  ## the GPU check: the tests' CUDA variants, chapters 8 and 11 on CUDA with Triton compiled, bench-flash --check, then chapter 11's table (ARGS=--dry-run lists the steps; without a GPU it says so and fails)
+	$(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON)) tools/check_gpu.py $(ARGS)
 
 publish: book  ## push the built site to the gh-pages branch of the repository (GitHub Pages; Colab buttons open its notebooks)
 	$(BIN)/ghp-import --no-jekyll --push --force _build/html

@@ -7,6 +7,13 @@ from pathlib import Path
 import pytest
 import torch
 
+# Triton reads TRITON_INTERPRET once, when it is first imported, and some of torch's own modules
+# import it (torch.utils.flop_counter does). Importing attnbook's Triton module sets
+# TRITON_INTERPRET=1 on a machine without CUDA (unless the user chose) without importing triton;
+# done here, before pytest imports any test module, the kernels run in the interpreter whatever
+# order the test files are collected in (tests/attnbook/test_flash_triton.py checks both orders).
+import attnbook.kernels.flash_triton  # noqa: F401
+
 
 def _available(device: str) -> bool:
     if device == "cpu":

@@ -252,3 +252,22 @@ def test_errors():
         flash_attention_backward(q, k, v, O, L, torch.zeros(2, 4, 3))
     with pytest.raises(ValueError, match="pass_"):
         flash_attention_tiles(4, 4, pass_="sideways")
+    with pytest.raises(ValueError, match="delta"):
+        flash_attention_backward(q, k, v, O, L, torch.zeros_like(O), delta=L[:, :3])
+    with pytest.raises(TypeError, match="delta"):
+        flash_attention_backward(q, k, v, O, L, torch.zeros_like(O), delta=[0.0] * 4)
+
+
+def test_delta_given_is_used_in_place_of_rowsum_dO_O(device):
+    """delta=D computed elsewhere: the same gradients as D from O when it is that D; dV never depends on it."""
+    skip_without_float64(device)
+    q, k, v, dO = inputs((2,), 9, 11, 4, 3, device, seed=7)
+    O, L = flash_attention_forward(q, k, v, True, block_q=4, block_k=4)
+    D = (dO * O).sum(dim=-1)  # (2, 9)
+    default = flash_attention_backward(q, k, v, O, L, dO, True, block_q=4, block_k=4)
+    given = flash_attention_backward(q, k, v, O, L, dO, True, block_q=4, block_k=4, delta=D)
+    for a, b in zip(default, given):
+        assert torch.equal(a, b)
+    moved = flash_attention_backward(q, k, v, O, L, dO, True, block_q=4, block_k=4, delta=D + 1.0)
+    assert torch.equal(moved[2], default[2])  # dV = P^T dO does not use D
+    assert not torch.allclose(moved[0], default[0]) and not torch.allclose(moved[1], default[1])

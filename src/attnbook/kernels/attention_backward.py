@@ -5,7 +5,8 @@ key j is hidden from query i, 0 elsewhere):
 
 .. math:: S = \text{scale} \cdot Q K^\top + M, \qquad P = \operatorname{softmax}(S), \qquad O = P V.
 
-Given the gradient :math:`dO = \partial \ell / \partial O` of a loss :math:`\ell`, the chain rule
+Given the gradient :math:`dO = \partial \mathcal{E} / \partial O` of a loss :math:`\mathcal{E}` (chapter 11's
+letter; :math:`\ell` is the softmax's running sum there), the chain rule
 through each of the three steps gives
 
 .. math:: dV = P^\top dO, \qquad dP = dO\, V^\top, \qquad

@@ -1,7 +1,9 @@
 """Benchmark: FlashAttention-2 (Triton kernels, PyTorch tiles) against SDPA and the plain formula (chapter 11).
 
 Run ``python -m attnbook.kernels.bench_flash``; ``--quick`` runs a small smoke version (on a CPU in
-seconds). One run times, on one device, the forward pass and the forward plus backward pass of
+seconds); ``--json FILE`` also writes the run (machine, versions, date, every row) to a file,
+from which ``tools/check_gpu.py`` (``make check-gpu``) prints chapter 11's table. One run times,
+on one device, the forward pass and the forward plus backward pass of
 
 * ``triton``: :class:`attnbook.kernels.FlashAttentionTriton` (compiled on CUDA; in Triton's
   interpreter on a CPU, where it measures the interpreter, not the algorithm);
@@ -28,6 +30,9 @@ the gradients), not the numpy arrays of the interpreter's tiles, which torch's p
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
+import json
 import math
 import statistics
 import sys
@@ -259,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tiles", type=int, default=20000, help="skip the PyTorch tiles above this many tiles")
     parser.add_argument("--check", action="store_true", help="exit with status 1 if a target is missed")
     parser.add_argument(
+        "--json", default=None, help="also write the run (machine, versions, date, every row) to this JSON file"
+    )
+    parser.add_argument(
         "--threads", type=int, default=None, help="torch.set_num_threads(N) for the run (default on CPU: 1, see below)"
     )
     args = parser.parse_args(argv)
@@ -349,7 +357,36 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(f"no targets in this run (they apply on CUDA in bfloat16 at n >= {TARGET_MIN_N})")
     print(f"benchmark took {time.perf_counter() - started:.0f} s")
+    if args.json:
+        record = {
+            "device": name,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "triton": _triton_version(),
+            "triton_mode": triton_note,
+            "dtype": str(dtype).replace("torch.", ""),
+            "batch": batch,
+            "heads": heads,
+            "block": block,
+            "sdpa_backend": backend,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+            "rows": [dataclasses.asdict(row) for row in rows],
+            "targets_met": len(targeted) - len(missed),
+            "targets": len(targeted),
+        }
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
     return 1 if args.check and missed else 0
+
+
+def _triton_version() -> str | None:
+    """The installed triton's version, or None (read without importing triton)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("triton")
+    except PackageNotFoundError:
+        return None
 
 
 if __name__ == "__main__":

@@ -206,12 +206,12 @@ def _check_flash_inputs(
         check_number("scale", scale)
 
 
-def _check_lse(L: object, q: torch.Tensor) -> None:
-    """The log-sum-exp handed to a backward pass: a floating tensor of shape (..., n) on the device of q."""
-    check_floating("L", L)
+def _check_lse(L: object, q: torch.Tensor, name: str = "L") -> None:
+    """The log-sum-exp (or D) handed to a backward pass: a floating tensor of shape (..., n) on the device of q."""
+    check_floating(name, L)
     if L.shape != q.shape[:-1] or L.device != q.device:
         raise ValueError(
-            f"L (..., n) must have shape {tuple(q.shape[:-1])} on {q.device} (q is {tuple(q.shape)}), "
+            f"{name} (..., n) must have shape {tuple(q.shape[:-1])} on {q.device} (q is {tuple(q.shape)}), "
             f"got {tuple(L.shape)} on {L.device}"
         )
 
@@ -291,6 +291,7 @@ def flash_attention_backward(
     block_q: int = BLOCK_Q,
     block_k: int = BLOCK_K,
     scale: float | None = None,
+    delta: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     r"""The backward pass of FlashAttention-2 in PyTorch tiles: (dQ, dK, dV) from Q, K, V, O, L and dO (chapter 11).
 
@@ -307,6 +308,9 @@ def flash_attention_backward(
         O: the output of the forward pass, (..., n, d_v).
         L: the log-sum-exp of the forward pass, (..., n).
         dO: the gradient of the loss with respect to O, (..., n, d_v).
+        delta: D = rowsum(dO o O) computed elsewhere, (..., n), e.g. from an output kept in higher
+            precision than ``O`` (chapter 11 measures what the rounding of O costs the gradients
+            this way); by default it is computed here from ``O`` and ``dO`` in the accumulation dtype.
 
     Returns:
         ``(dq, dk, dv)`` with the shapes and the dtype of ``q``, ``k``, ``v``.
@@ -319,7 +323,11 @@ def flash_attention_backward(
         scale = 1.0 / math.sqrt(q.shape[-1])
     n, m = q.shape[-2], k.shape[-2]
     acc_dtype = _accumulation_dtype(q.dtype)
-    D = backward_delta(dO.to(acc_dtype), O.to(acc_dtype))  # D = rowsum(dO o O), once, (..., n)
+    if delta is None:
+        D = backward_delta(dO.to(acc_dtype), O.to(acc_dtype))  # D = rowsum(dO o O), once, (..., n)
+    else:
+        _check_lse(delta, q, "delta")  # a floating (..., n) tensor, as L
+        D = delta.to(acc_dtype)
     L = L.to(acc_dtype)
     dq = torch.zeros(q.shape, dtype=acc_dtype, device=q.device)  # accumulated over key blocks, (..., n, d_k)
     dk = torch.empty_like(k)  # (..., m, d_k)

@@ -1,8 +1,9 @@
 r"""FlashAttention-2, forward and backward, as Triton kernels (chapter 11).
 
-The same algorithm as :mod:`attnbook.kernels.flash_attention`, line by line and with the same
-names (``q_i``, ``k_j``, ``s_ij``, ``m_i``, ``l_i``, ``acc``, ``p_ij``, ``D``, ``dv_j``, ``dk_j``, ...),
-written as four GPU kernels. One *program* (a block of GPU threads) computes one block of rows;
+The same algorithm as :mod:`attnbook.kernels.flash_attention`, with the same names (``q_i``,
+``k_j``, ``s_ij``, ``m_i``, ``l_i``, ``acc``, ``p_ij``, ``D``, ``dv_j``, ``dk_j``, ...), written as four
+GPU kernels: the forward kernel follows the PyTorch forward loop line by line; the backward loop
+is split into three kernels. One *program* (a block of GPU threads) computes one block of rows;
 the loop over blocks that the PyTorch version writes in Python is the launch grid here, and the
 inner loop is a loop inside the kernel:
 
@@ -16,7 +17,10 @@ inner loop is a loop inside the kernel:
   key blocks and accumulates ``dq_i``. FlashAttention-2 may instead add each tile's share of dQ
   into memory with atomic adds from the dK/dV kernel; a separate kernel recomputes the tiles of
   P and dS once more but is deterministic (no floating-point sums in a race-dependent order)
-  and runs in Triton's interpreter.
+  and runs in Triton's interpreter. Triton's fused-attention tutorial computes dQ in a loop of
+  its own the same way, and Stanford's CS336 (assignment 2) suggests it. The price: 7 matrix
+  products per tile in the backward pass (4 in the dK/dV kernel, 3 in the dQ kernel) against
+  the forward pass's 2, where the PyTorch loops' backward pass does 5.
 
 Causal tiles are skipped as in the PyTorch version (:func:`attnbook.kernels.key_blocks_end` and
 :func:`attnbook.kernels.query_blocks_start` are the loop bounds). Ragged edges (n or m not a
