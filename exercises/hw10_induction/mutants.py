@@ -29,7 +29,8 @@ MUTANTS = {
         "on_key = weights.gather(-1, index)[..., 0]", "on_key = weights.transpose(-2, -1).gather(-1, index)[..., 0]"),
     # q2: the full OV circuit
     "OV circuit transposed": ("q2", "return written @ W_U.T", "return (written @ W_U.T).T"),
-    "OV circuit without W_O": ("q2", "written = E @ W_V.T @ W_O.T", "written = E @ W_V.T @ torch.eye(W_V.shape[0], W_O.shape[0], dtype=E.dtype)"),
+    # W_O used as TransformerLens stores it, (d_head, d_model): right shapes only when d_head = d_model
+    "OV circuit with W_O not transposed": ("q2", "written = E @ W_V.T @ W_O.T", "written = E @ W_V.T @ W_O"),
     "OV circuit with W_O W_V in the wrong order": ("q2", "written = E @ W_V.T @ W_O.T", "written = E @ W_O @ W_V"),
     "OV circuit in float32": ("q2", "return written @ W_U.T", "return (written @ W_U.T).float()"),
     # q3: the composition score
@@ -45,4 +46,13 @@ MUTANTS = {
     "composition score in float32": ("q3",
         "return torch.linalg.matrix_norm(product) / (torch.linalg.matrix_norm(A) * torch.linalg.matrix_norm(B))",
         "return (torch.linalg.matrix_norm(product) / (torch.linalg.matrix_norm(A) * torch.linalg.matrix_norm(B))).float()"),
+    # q4: Q- versus K-composition (the one function each mutant names loses its points)
+    "K-composition with W_QK transposed (the query side's matrix)": ("q4",
+        "W_QK = W_Q.T @ W_K", "W_QK = W_K.T @ W_Q"),
+    "Q-composition with W_QK not transposed (the key side's matrix)": ("q4",
+        "W_KQ = W_K.T @ W_Q", "W_KQ = W_Q.T @ W_K"),
+    "K-composition with W_OV transposed (W_V^T W_O^T)": ("q4",
+        "W_OV = W_O @ W_V  # (d_model, d_head)", "W_OV = W_V.T @ W_O.T  # (d_model, d_head)"),
+    "Q-composition with W_OV transposed (W_V^T W_O^T)": ("q4",
+        "W_OV = W_O @ W_V  # what", "W_OV = W_V.T @ W_O.T  # what"),
 }
