@@ -17,6 +17,9 @@ the output projection :math:`W_O^h` (d_model, d_head)):
   :math:`W_{OV}^h = W_O^h W_V^h`, read through the embedding and the unembedding.
 * :func:`composition_score`, :func:`q_composition`, :func:`k_composition`, :func:`v_composition`:
   how much a later head reads what an earlier head writes.
+* :func:`change_of_basis`: the same model with its residual stream written in another basis; every
+  logit stays the same, the matrices above (and the composition scores) do not, while the circuits
+  read through the embedding (:func:`full_ov_circuit`, ``E W_QK W_OV E^T``) do.
 
 The circuit matrices ignore the biases and the layer norms: they are exact for a model built with
 ``norm=None`` (then the residual stream is a plain sum of embeddings and head outputs).
@@ -24,6 +27,7 @@ The circuit matrices ignore the biases and the layer norms: they are exact for a
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -38,6 +42,7 @@ from .validators import check_index, check_shapes, check_type, skip_checks
 
 __all__ = [
     "Trace",
+    "change_of_basis",
     "composition_score",
     "copying_score",
     "duplicate_token_score",
@@ -378,3 +383,65 @@ def v_composition(model: nn.Module, earlier: tuple[int, int], later: tuple[int, 
 def _check_order(earlier: tuple[int, int], later: tuple[int, int]) -> None:
     if earlier[0] >= later[0]:
         raise ValueError(f"the earlier head's layer must come before the later one's, got {earlier} and {later}")
+
+
+# x -> x G in every position: reads W -> W G^{-T}, writes W -> G^T W, so every logit stays the same
+def change_of_basis(model: nn.Module, basis: torch.Tensor) -> nn.Module:
+    r"""The same model with its residual stream written in another basis (chapter 10).
+
+    For an invertible ``basis`` :math:`G` (d_model, d_model), the copy's residual stream at every
+    position is :math:`x G` where the original's is the row :math:`x`: the token embeddings and the
+    positional table are multiplied by :math:`G` on the right, every weight that reads the stream
+    (the query, key and value projections, the output head) becomes :math:`W G^{-\top}`, and every
+    weight and bias that writes to it (each layer's output projection) becomes :math:`G^\top W`.
+    Then :math:`(x G)(W G^{-\top})^\top = x W^\top`: every query, key, value, attention weight and
+    logit is the same, up to rounding, while :math:`W_{QK}^h` becomes
+    :math:`G^{-1} W_{QK}^h G^{-\top}` and :math:`W_{OV}^h` becomes :math:`G^\top W_{OV}^h G^{-\top}`.
+    Products read through the embedding, such as :math:`E\, W_{QK}^h W_{OV}^{h'} E^\top` or the
+    full OV circuit, do not change; norms of the matrices themselves (the composition scores) do,
+    unless :math:`G` is orthogonal.
+
+    Only models without layer norm (which is not linear) or MLP are accepted: ``norm=None``,
+    ``mlp=False``. The copy has ``basis``'s dtype and device; ``model`` is not changed.
+
+    Args:
+        model: a :class:`attnbook.models.SequenceModel` built with ``norm=None, mlp=False``.
+        basis: an invertible floating matrix (d_model, d_model).
+
+    Returns:
+        the changed copy.
+    """
+    _check_model(model)
+    if any(block.mlp is not None for block in model.blocks) or not all(
+        isinstance(m, nn.Identity) for m in [model.final_norm, *(b.norm1 for b in model.blocks)]
+    ):
+        raise ValueError(
+            "change_of_basis needs a model built with norm=None and mlp=False (a layer norm is not linear)"
+        )
+    d_model = model.embed.token.weight.shape[1]
+    check_shapes(basis=(basis, "(d, d)"))
+    if tuple(basis.shape) != (d_model, d_model) or not basis.is_floating_point():
+        raise ValueError(
+            f"basis must be a floating (d_model, d_model) = ({d_model}, {d_model}) matrix, got "
+            f"{tuple(basis.shape)} of {basis.dtype}"
+        )
+    try:
+        inverse_t = torch.linalg.inv(basis).T  # G^{-T}
+    except torch.linalg.LinAlgError as error:
+        raise ValueError(f"basis must be invertible: {error}") from None
+    if not bool(torch.isfinite(inverse_t).all()):
+        raise ValueError("basis must be invertible (its inverse is not finite)")
+    G = basis
+    changed = copy.deepcopy(model).to(device=G.device, dtype=G.dtype)
+    with torch.no_grad():
+        changed.embed.token.weight.copy_(changed.embed.token.weight @ G)  # (vocab, d) @ (d, d): rows x -> x G
+        changed.embed.encoding.copy_(changed.embed.encoding @ G)  # (max_len, d) @ (d, d)
+        for block in changed.blocks:
+            mha = block.self_attn
+            for proj in (mha.q_proj, mha.k_proj, mha.v_proj):  # reads: (d_out, d) @ (d, d)
+                proj.weight.copy_(proj.weight @ inverse_t)
+            mha.out_proj.weight.copy_(G.T @ mha.out_proj.weight)  # writes: (d, d) @ (d, H d_head)
+            if mha.out_proj.bias is not None:
+                mha.out_proj.bias.copy_(mha.out_proj.bias @ G)  # (d,) @ (d, d): a row, like x
+        changed.head.weight.copy_(changed.head.weight @ inverse_t)  # reads: (out, d) @ (d, d)
+    return changed

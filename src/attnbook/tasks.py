@@ -377,13 +377,16 @@ class RepeatedSegment:
     log(num_symbols) nats there, on average.
 
     With a fixed offset a one-layer model could copy by position alone (attend d - 1 back); the
-    random offset rules that out. Call :meth:`draw` to get a :class:`RepeatBatch`, which also holds
-    the source and copy starts.
+    random offset rules that out. ``offset=d`` fixes it all the same (an exercise of chapter 10):
+    then c is drawn uniformly from [d, n - L] and the source starts at a = c - d, so only the place
+    of the copy varies. Call :meth:`draw` to get a :class:`RepeatBatch`, which also holds the source
+    and copy starts.
     """
 
     length: int = 48
     num_symbols: int = 32
     segment: int = 16
+    offset: int | None = None
 
     def __post_init__(self) -> None:
         _check_int("length", self.length, 4)
@@ -391,6 +394,13 @@ class RepeatedSegment:
         _check_int("segment", self.segment, 2)
         if 2 * self.segment > self.length:
             raise ValueError(f"2 * segment = {2 * self.segment} must be <= length = {self.length}")
+        if self.offset is not None:
+            _check_int("offset", self.offset, 1)
+            if not self.segment <= self.offset <= self.length - self.segment:
+                raise ValueError(
+                    f"offset = {self.offset} must lie in [segment, length - segment] = "
+                    f"[{self.segment}, {self.length - self.segment}] (the copy may not overlap its source)"
+                )
 
     @property
     def vocab_size(self) -> int:
@@ -405,8 +415,12 @@ class RepeatedSegment:
         _check_call(batch_size, generator)
         n, L = self.length, self.segment
         x = random_tokens(batch_size, n, self.num_symbols, generator)  # (batch, n)
-        start = torch.randint(L, n - L + 1, (batch_size,), generator=generator)  # c in [L, n - L]
-        source = (torch.rand(batch_size, generator=generator) * (start - L + 1)).long()  # a in [0, c - L]
+        if self.offset is None:
+            start = torch.randint(L, n - L + 1, (batch_size,), generator=generator)  # c in [L, n - L]
+            source = (torch.rand(batch_size, generator=generator) * (start - L + 1)).long()  # a in [0, c - L]
+        else:
+            start = torch.randint(self.offset, n - L + 1, (batch_size,), generator=generator)  # c in [d, n - L]
+            source = start - self.offset  # a = c - d: the offset is fixed
         i = torch.arange(L)  # (L,)
         rows = torch.arange(batch_size)[:, None]  # (batch, 1)
         x[rows, start[:, None] + i] = x[rows, source[:, None] + i]  # (batch, L): the copy

@@ -9,6 +9,7 @@ import torch
 
 from attnbook.interpretability import (
     Trace,
+    change_of_basis,
     composition_score,
     copying_score,
     duplicate_token_score,
@@ -230,3 +231,64 @@ def test_bad_input_gets_a_clear_error(device):
         patch_heads(model, tokens, tokens[:, :5], [(0, 0)])
     with pytest.raises(ValueError, match="at least one"):
         patch_heads(model, tokens, tokens, [])
+
+
+def _basis(d, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    scales = torch.empty(d, dtype=torch.float64).uniform_(-2.3, 2.3, generator=g).exp()  # 0.1 .. 10
+    rotation, _ = torch.linalg.qr(torch.randn(d, d, dtype=torch.float64, generator=g))
+    return rotation @ torch.diag(scales)  # (d, d): invertible, far from orthogonal
+
+
+@pytest.mark.parametrize(
+    "config", [{}, {"positional": "alibi"}, {"causal": False}], ids=["sinusoidal", "alibi", "bidir"]
+)
+def test_a_change_of_basis_keeps_every_logit_and_the_token_circuits(config, device):
+    model = _model(device, torch.float64, **config)
+    G = _basis(8).to(device)
+    changed = change_of_basis(model, G)
+    tokens = _tokens(device)
+    original, trace = run_with_heads(model, tokens), run_with_heads(changed, tokens)
+    scale = original.logits.abs().max()
+    assert (trace.logits - original.logits).abs().max() <= 1e-12 * scale  # float64: the same model
+    for a, b in zip(original.weights, trace.weights, strict=True):
+        assert (a - b).abs().max() <= 1e-12
+    for a, b in zip(original.residuals, trace.residuals, strict=True):  # the stream is x G
+        torch.testing.assert_close(a @ G, b, rtol=1e-12, atol=1e-12)
+    E, E2 = model.embed.token.weight, changed.embed.token.weight
+    for later in range(2):
+        qk, qk2 = qk_matrix(model, 1, later), qk_matrix(changed, 1, later)
+        ov, ov2 = ov_matrix(model, 0, 0), ov_matrix(changed, 0, 0)
+        G_inv = torch.linalg.inv(G)
+        torch.testing.assert_close(qk2, G_inv @ qk @ G_inv.T, rtol=1e-10, atol=1e-12)  # G^{-1} W_QK G^{-T}
+        torch.testing.assert_close(ov2, G.T @ ov @ G_inv.T, rtol=1e-10, atol=1e-12)  # G^T W_OV G^{-T}
+        torch.testing.assert_close(E2 @ qk2 @ ov2 @ E2.T, E @ qk @ ov @ E.T, rtol=1e-10, atol=1e-12)  # invariant
+        torch.testing.assert_close(
+            full_ov_circuit(changed, 1, later), full_ov_circuit(model, 1, later), rtol=1e-10, atol=1e-12
+        )
+    assert abs(k_composition(changed, (0, 0), (1, 0)).item() - k_composition(model, (0, 0), (1, 0)).item()) > 1e-3
+    assert model.embed.token.weight is not changed.embed.token.weight and torch.equal(E, model.embed.token.weight)
+
+
+def test_an_orthogonal_change_of_basis_keeps_the_composition_scores(device):
+    model = _model(device, torch.float64)
+    rotation, _ = torch.linalg.qr(torch.randn(8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(4)))
+    changed = change_of_basis(model, rotation.to(device))
+    for fn in (q_composition, k_composition, v_composition):
+        torch.testing.assert_close(fn(changed, (0, 1), (1, 0)), fn(model, (0, 1), (1, 0)), rtol=1e-12, atol=0)
+
+
+def test_change_of_basis_rejects_what_it_cannot_change(device):
+    G = torch.eye(8, dtype=torch.float64, device=device)
+    with pytest.raises(ValueError, match="norm=None"):
+        change_of_basis(_model(device, torch.float64, norm="pre"), G)
+    with pytest.raises(ValueError, match="norm=None"):
+        change_of_basis(_model(device, torch.float64, mlp=True), G)
+    with pytest.raises(ValueError, match="d_model"):
+        change_of_basis(_model(device, torch.float64), torch.eye(7, dtype=torch.float64, device=device))
+    with pytest.raises(TypeError, match="floating"):
+        change_of_basis(_model(device, torch.float64), torch.eye(8, dtype=torch.long, device=device))
+    with pytest.raises(ValueError, match="invertible"):
+        change_of_basis(_model(device, torch.float64), torch.zeros(8, 8, dtype=torch.float64, device=device))
+    with pytest.raises(TypeError, match="SequenceModel"):
+        change_of_basis(torch.nn.Linear(8, 8), G)

@@ -82,3 +82,21 @@ def test_bad_calls_are_rejected():
         RepeatedSegment().draw(4, 0)
     with pytest.raises(ValueError):
         RepeatedSegment().draw(0, _gen())
+
+
+@pytest.mark.parametrize("shape, offset", [((48, 32, 16), 24), ((48, 32, 16), 16), ((48, 32, 16), 32), ((12, 5, 4), 6)])
+def test_a_fixed_offset_fixes_the_offset_and_only_it(shape, offset):
+    n, V, L = shape
+    batch = RepeatedSegment(n, V, L, offset=offset).draw(500, _gen(8))
+    assert set(batch.offset.tolist()) == {offset}  # every sequence: the copy sits offset back
+    assert set(batch.start.tolist()) == set(range(offset, n - L + 1))  # the copy's place still varies
+    for b in range(500):
+        c = int(batch.start[b])
+        assert torch.equal(batch.inputs[b, c : c + L], batch.inputs[b, c - offset : c - offset + L])
+        assert (batch.targets[b] != IGNORE).nonzero().flatten().tolist() == list(range(c, c + L - 1))
+
+
+@pytest.mark.parametrize("offset, error", [(15, ValueError), (33, ValueError), (0, ValueError), (2.5, TypeError)])
+def test_a_bad_offset_is_rejected(offset, error):
+    with pytest.raises(error, match="offset"):
+        RepeatedSegment(48, 32, 16, offset=offset)
