@@ -1,5 +1,5 @@
-"""Wrong solutions of homework 11 (the backward pass of attention, tile by tile), each of which the
-tests must catch.
+"""Wrong solutions of homework 11 (the backward pass of attention, tile by tile, and the forward pass as a
+Triton kernel), each of which the tests must catch.
 
 MUTANTS maps a name to (the question that must lose points, an exact piece of the solutions' code
 that occurs once, its replacement): one-line edits of the master's solutions, the mistakes
@@ -68,4 +68,23 @@ MUTANTS = {
     "tiled: one tile for everything (whole (n, m) matrices)": ("q3",
         "n, m = Q.shape[-2], K.shape[-2]\n    scale = 1 / math.sqrt(Q.shape[-1])\n    D =",
         "n, m = Q.shape[-2], K.shape[-2]; block_size = max(n, m)\n    scale = 1 / math.sqrt(Q.shape[-1])\n    D ="),
+    # q4: the forward pass as a Triton kernel (the mistakes of a first kernel; each mutant costs about 1.5 CPU-s
+    # in the class grader, where Triton's interpreter runs under the guard: kept to the kinds that differ)
+    "triton: keys past m in the last, shorter block not hidden (a partial tile left unmasked)": ("q4",
+        "visible = offs_j[None, :] < m  #", "visible = offs_j[None, :] >= 0  #"),
+    "triton: acc not rescaled when the running maximum grows": ("q4",
+        "acc = alpha[:, None] * acc + pv", "acc = acc + pv"),
+    "triton: l_i not rescaled when the running maximum grows": ("q4",
+        "l_i = alpha * l_i + tl.sum(p_ij, 1)", "l_i = l_i + tl.sum(p_ij, 1)"),
+    "triton: wrong stride (V read with K's row stride)": ("q4",
+        "offs_j[:, None] * stride_vm", "offs_j[:, None] * stride_km"),
+    "triton: wrong stride (K's batch entry found with Q's batch stride)": ("q4",
+        "K + b * stride_kb", "K + b * stride_qb"),
+    "triton: causal skip one block early (off by one)": ("q4",
+        "end = tl.minimum(m, i1)  #", "end = tl.minimum(m, i1) - 1  #"),
+    "triton: causal skip from a whole BLOCK_Q, not the last block's queries (reads keys after the last query)": ("q4",
+        "end = tl.minimum(m, i1)  #", "end = tl.minimum(m, i0 + BLOCK_Q)  #"),
+    "triton: L without the maximum (log l_i)": ("q4", "L_i = m_i + tl.log(l_i)", "L_i = tl.log(l_i)"),
+    "triton: scale forgotten": ("q4",
+        "s_ij = tl.dot(q_i, tl.trans(k_j)).to(ACC) * scale", "s_ij = tl.dot(q_i, tl.trans(k_j)).to(ACC)"),
 }
