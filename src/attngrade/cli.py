@@ -10,11 +10,13 @@ on all cores (``--jobs``), each submission in a bubblewrap sandbox, and ``tests.
 fingerprint of every test case). ``--only alice bob`` re-grades some students and merges them into
 the existing gradebook; ``--compare OLD/gradebook.csv`` writes ``comparison.md`` and
 ``comparison.csv`` (every score that moved, lowered ones first, and the tests that changed:
-:mod:`attngrade.grading.compare`); ``--export canvas|moodle|gradescope --roster ROSTER.csv`` writes
-the file that LMS imports (:mod:`attngrade.grading.export`; ``python -m attngrade export`` does the
-same for an existing gradebook). Exit status: 0 when every row was graded, 1 when a row has
-``status=error`` (the grader failed, not the student), 2 for bad arguments, a missing sandbox, or an
-export whose roster and gradebook disagree (the gradebook is written; the export is not).
+:mod:`attngrade.grading.compare`); ``--export canvas|moodle --roster ROSTER.csv`` writes the file
+that LMS imports (:mod:`attngrade.grading.export`: ``--assignment 'Title (id)'`` names the LMS item,
+by default the homework's name; ``--points N`` or ``--percent`` scales the scores to its points;
+``python -m attngrade export`` does the same for an existing gradebook). Exit status: 0 when every
+row was graded, 1 when a row has ``status=error`` (the grader failed, not the student), 2 for bad
+arguments, a missing sandbox, or an export the roster or the LMS's identifiers refuse (the
+gradebook is written; the export is not, and an earlier export file of that name is removed).
 """
 
 from __future__ import annotations
@@ -73,18 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"memory a submission may allocate, MiB (default {DEFAULT_LIMITS['memory_mb']})",
     )
-    p.add_argument(
-        "--export",
-        choices=("canvas", "moodle", "gradescope"),
-        default=None,
-        help="also write the gradebook as this LMS's import CSV (needs --roster)",
-    )
-    p.add_argument(
-        "--roster", default=None, help="CSV mapping submission names to LMS IDs: submission,id[,name,email,...]"
-    )
-    p.add_argument(
-        "--missing-as-zero", action="store_true", help="with --export: roster students without a submission get 0"
-    )
+    from .grading.export import add_export_options
+
+    add_export_options(p, required=False)
     p.add_argument(
         "--compare",
         default=None,
@@ -209,9 +202,13 @@ def grade(argv: list[str]) -> int:
 def _roster(args):
     """The roster for ``--export`` (None without it); ValueError for a bad one or a missing --roster."""
     if args.export is None:
-        if args.roster or args.missing_as_zero:
-            raise ValueError("--roster and --missing-as-zero go with --export FORMAT")
+        if args.roster or args.missing_as_zero or args.assignment or args.points is not None or args.percent:
+            raise ValueError(
+                "--roster, --assignment, --points, --percent and --missing-as-zero go with --export FORMAT"
+            )
         return None
+    if args.points is not None and not args.points > 0:
+        raise ValueError(f"--points must be a positive number, not {args.points:g}")
     if not args.roster:
         raise ValueError(f"--export {args.export} needs --roster FILE (columns submission,id[,name,email,...])")
     from .grading.export import read_roster
@@ -255,17 +252,20 @@ def _after_grading(args, hw, questions, out: Path, gradebook: Path, roster, earl
     atomic_write(out / TESTS_FILE, json.dumps(fingerprints, indent=1, sort_keys=True))
     if roster is None:
         return 0
-    from .grading.export import export
+    from .grading.export import export, export_points, report_export, write_export
 
-    try:
-        text, zeros = export(rows, roster, args.export, hw.name, missing_as_zero=args.missing_as_zero)
-    except ValueError as exc:
-        print(f"attnbook-grade: the {args.export} export was not written: {exc}", file=sys.stderr)
+    assignment = args.assignment or hw.name  # the LMS item's name: never the output folder's
+    target = out / f"{args.export}.csv"
+    result, error = write_export(
+        target,
+        lambda: export(
+            rows, roster, args.export, assignment, missing_as_zero=args.missing_as_zero, points=export_points(args)
+        ),
+    )
+    if result is None:
+        print(f"attnbook-grade: the {args.export} export was not written: {error}", file=sys.stderr)
         return 2
-    atomic_write(out / f"{args.export}.csv", text)
-    print(f"{args.export} import file: {out / (args.export + '.csv')}")
-    if zeros:
-        print(f"  given 0 (no submission): {', '.join(zeros)}")
+    report_export(args.export, result, target)
     return 0
 
 

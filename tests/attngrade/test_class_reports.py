@@ -73,3 +73,58 @@ def test_course_report_ranks_the_homework_by_share_lost(tmp_path, capsys):
     assert f"  - 2 of 5 students: {AXIS}" in hw02
     assert main([str(tmp_path)]) == 0 and (tmp_path / "course_report.md").read_text() == text
     assert main([str(tmp_path / "missing")]) == 2
+
+
+def test_course_report_keys_homework_by_what_the_run_recorded(tmp_path):
+    """A re-grade into grades/hw02-v2 (the guide's folder) is hw02 again: it replaces the first
+    run in the course report, never adds a homework; a folder's name never names a homework."""
+    write_reports(CLASS, ["q1", "q2"], tmp_path / "hw02", "hw02")
+    write_reports([result("anna", 4, 6), result("bob", 4, 5)], ["q1", "q2"], tmp_path / "hw03", "hw03")
+    assert json.loads((tmp_path / "hw02" / "run.json").read_text())["homework"] == "hw02"
+    fixed = [result(r.submission, 4, 6, status=r.status) for r in CLASS]  # a test fixed: everyone right
+    write_reports(fixed, ["q1", "q2"], tmp_path / "hw02-v2", "hw02")
+    write_reports([result("anna", 0, 0)], ["q1", "q2"], tmp_path / "week-3", "hw04")
+    text = course_report(tmp_path)
+    table = [line for line in text.splitlines() if line.startswith("| hw")]
+    assert table == ["| hw04 | 1 | 10 of 10 | 100% |", "| hw03 | 2 | 1 of 20 | 5% |", "| hw02 | 5 | 0 of 50 | 0% |"]
+    assert "hw02 in hw02-v2/" in text and "Left out, graded again later: hw02/ (hw02)" in text
+    assert "hw02-v2 |" not in text and "week-3" not in table[0]
+    # graded in the other order, the older folder's name sorting last changes nothing
+    write_reports(CLASS, ["q1", "q2"], tmp_path / "hw02-v2", "hw02")
+    write_reports(fixed, ["q1", "q2"], tmp_path / "hw02", "hw02")
+    assert "| hw02 | 5 | 0 of 50 | 0% |" in course_report(tmp_path)
+
+
+def _bars(ax) -> list[tuple[float, float, float]]:
+    return [(p.get_x(), p.get_x() + p.get_width(), p.get_height()) for p in ax.patches]
+
+
+def test_histograms_centre_bars_on_scores_with_one_y_scale():
+    import matplotlib.pyplot as plt
+
+    from attngrade.grading.report import histogram_figure, question_histograms_figure, score_bins
+
+    assert score_bins([0, 3, 4], 4) == [-0.5, 0.5, 1.5, 2.5, 3.5, 4.5]
+    assert score_bins([0.5, 2], 2) == [-0.25, 0.25, 0.75, 1.25, 1.75, 2.25]
+    wide = score_bins(list(range(0, 101, 7)), 100)
+    assert len(wide) - 1 <= 40 and wide[1] - wide[0] == 4 and wide[0] == -2
+    rows = [
+        {"submission": f"s{k}", "q1": q1, "q2": q2, "total": str(float(q1) + float(q2)), "possible": "10"}
+        for k, (q1, q2) in enumerate([("4", "6"), ("4", "6"), ("4", "6"), ("0", "5"), ("4", "3.5"), ("2", "0")])
+    ]
+    fig = question_histograms_figure(rows, ["q1", "q2"], {"q1": 4.0, "q2": 6.0}, "hw02")
+    try:
+        ax1, ax2 = fig.axes
+        assert ax1.get_ylim() == ax2.get_ylim()  # one y-scale: q1 tallest bar (4) sets both, q2 tallest is 3
+        for ax, scores in ((ax1, [4, 4, 4, 0, 4, 2]), (ax2, [6, 6, 6, 5, 3.5, 0])):
+            heights = {(lo + hi) / 2: h for lo, hi, h in _bars(ax) if h}
+            expected = {float(s): float(scores.count(s)) for s in set(scores)}
+            assert heights == expected, (heights, expected)  # every bar centred on its score
+    finally:
+        plt.close(fig)
+    fig = histogram_figure(rows, "hw02")
+    try:
+        heights = {(lo + hi) / 2: h for lo, hi, h in _bars(fig.axes[0]) if h}
+        assert heights == {10.0: 3.0, 5.0: 1.0, 7.5: 1.0, 2.0: 1.0}
+    finally:
+        plt.close(fig)

@@ -175,7 +175,7 @@ def test_only_regrades_some_students_and_merges(graded_class, tmp_path):
     shutil.copy(graded_class.out / "gradebook.csv", old)
     shutil.copy(graded_class.out / "tests.json", old.parent / "tests.json")
     roster = tmp_path / "roster.csv"
-    roster.write_text("submission,id,name\n" + "".join(f"{n},{k},{n.title()}\n" for k, n in enumerate(CLASS)))
+    roster.write_text("submission,id,name\n" + "".join(f"{n},{k},{n.title()}\n" for k, n in enumerate(CLASS, start=1)))
     write_notebook(submission_with(graded_class.hw, {}), subs / "carol.ipynb")
     lms = ["--compare", str(old), "--export", "canvas", "--roster", str(roster)]
     proc = grade_command(subs, out, "--no-progress", "--only", "carol", *lms)
@@ -187,7 +187,7 @@ def test_only_regrades_some_students_and_merges(graded_class, tmp_path):
     assert "LOWERED" not in proc.stdout and "0 scores lowered" in proc.stdout
     canvas = list(csv.reader(io.StringIO((out / "canvas.csv").read_text())))
     assert canvas[0][-1] == "hw00" and canvas[1][0] == "Points Possible" and len(canvas) == 2 + len(CLASS)
-    assert {row[1]: row[-1] for row in canvas[2:]}["2"] == "20"  # carol (id 2): full marks now
+    assert {row[1]: row[-1] for row in canvas[2:]}["3"] == "20"  # carol (id 3): full marks now
     roster.write_text("submission,id\nalice,1\n")
     assert export_main([str(out / "gradebook.csv"), "--roster", str(roster), "--format", "moodle"]) == 2
     rows = read_gradebook(out)

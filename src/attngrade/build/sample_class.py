@@ -44,10 +44,22 @@ def sample_class(hw: Homework) -> tuple[dict[str, dict], list[tuple[str, str, st
     return notebooks, key
 
 
+MARKER = "homework.txt"  # the homework a sample folder holds, so that a second homework is refused
+
+
 def write_sample_class(hw: Homework, out: Path) -> Path:
+    """Write the class into ``out``; a folder that already holds another homework's class is refused
+    (``ValueError``): graded as one homework, the two would mix in one gradebook."""
     notebooks, key = sample_class(hw)
     folder = out / "submissions"
+    marker = out / MARKER
+    held = marker.read_text(encoding="utf-8").strip() if marker.is_file() else None
+    present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    if (held is not None and held != hw.name) or (held is None and present):
+        what = f"the sample class of {held}" if held else f"files of an unknown homework ({', '.join(present[:3])}, ...)"
+        raise ValueError(f"{folder} already holds {what}; give {hw.name}'s sample class its own folder")
     folder.mkdir(parents=True, exist_ok=True)
+    marker.write_text(hw.name + "\n", encoding="utf-8")
     for student, nb in notebooks.items():
         (folder / f"{student}.ipynb").write_text(json.dumps(nb, indent=1), encoding="utf-8")
     students = sorted(notebooks)
@@ -83,8 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(problems), file=sys.stderr)
             return 1
     out = Path(args.out) if args.out else Path("sample-class") / hw.name
-    folder = write_sample_class(hw, out)
+    try:
+        folder = write_sample_class(hw, out)
+    except ValueError as exc:
+        print(f"attngrade sample-class: {exc}", file=sys.stderr)
+        return 2
     count = len(list(folder.glob("*.ipynb")))
     print(f"{count} notebooks in {folder}; roster: {out / 'roster.csv'}; answer key: {out / 'answer_key.csv'}")
-    print(f"grade them: attnbook-grade {hw.name} {folder} --out {out / 'grades' / hw.name}")
+    print(f"grade them: attnbook-grade {hw.name} {folder} --out {out.parent / 'grades' / hw.name}")
     return 0

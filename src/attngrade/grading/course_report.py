@@ -5,6 +5,11 @@
 ``grades/course_report.md``: the homework ranked by the share of points the class lost (the
 chapter to re-teach first), and under each its questions ranked by points lost with the known
 mistakes that explain them and how many students made each.
+
+A homework is known by what its grading run recorded (``run.json``, see
+:func:`attngrade.grading.report.recorded_homework`), never by its folder's name: a re-grade into
+``grades/hw03-v2`` is hw03 again, and of two folders of one homework the one graded last counts
+(the report says which folder it read and which it left out).
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .report import atomic_write, misconceptions, read_gradebook, read_record
+from .report import atomic_write, misconceptions, read_gradebook, read_record, recorded_homework, recorded_time
 
 
 @dataclass
 class HomeworkLosses:
     name: str
+    folder: Path
     graded: int
     lost: float  # points lost by all graded rows together
     possible: float  # points all graded rows could have had together
@@ -50,7 +56,8 @@ def homework_losses(folder: Path) -> HomeworkLosses | None:
     lost_total = sum(possible_total - float(r.get("total") or 0) for r in rows)
     per_question = {q: sum(best[q] - float(r.get(q) or 0) for r in rows) for q in questions}
     return HomeworkLosses(
-        name=folder.name,
+        name=recorded_homework(folder) or folder.name,
+        folder=folder,
         graded=len(rows),
         lost=lost_total,
         possible=possible_total * len(rows),
@@ -60,7 +67,13 @@ def homework_losses(folder: Path) -> HomeworkLosses | None:
 
 
 def course_report(grades: Path) -> str:
-    found = [h for h in (homework_losses(f) for f in sorted(grades.iterdir()) if f.is_dir()) if h is not None]
+    folders = [f for f in sorted(grades.iterdir()) if f.is_dir() and (f / "gradebook.csv").is_file()]
+    # one entry per homework, as the runs recorded it: the folder graded last replaces the others
+    latest: dict[str, Path] = {}
+    for f in sorted(folders, key=lambda f: (recorded_time(f), f.name)):
+        latest[recorded_homework(f) or f.name] = f
+    replaced = sorted((recorded_homework(f) or f.name, f.name) for f in folders if f not in latest.values())
+    found = [h for h in (homework_losses(f) for f in latest.values()) if h is not None]
     lines = [f"# Course report: {grades}", ""]
     if not found:
         return "\n".join(lines + ["No graded homework found (no <homework>/gradebook.csv)."]) + "\n"
@@ -72,6 +85,12 @@ def course_report(grades: Path) -> str:
     ]
     ranked = sorted(found, key=lambda h: (-h.share_lost, h.name))
     lines += [f"| {h.name} | {h.graded} | {h.lost:g} of {h.possible:g} | {h.share_lost:.0%} |" for h in ranked]
+    lines += [
+        "",
+        "Read from: " + ", ".join(f"{h.name} in {h.folder.name}/" for h in sorted(found, key=lambda h: h.name)),
+    ]
+    if replaced:
+        lines.append("Left out, graded again later: " + ", ".join(f"{f}/ ({name})" for name, f in replaced))
     for h in ranked:
         lines += ["", f"## {h.name}", ""]
         for q, lost in h.questions:

@@ -1,49 +1,96 @@
-"""Grades into a learning-management system: a gradebook written as the CSV file Canvas, Moodle or
-Gradescope imports.
+"""Grades into a learning-management system: a gradebook written as the CSV file Canvas or Moodle
+imports, refused (with the rows named) wherever the importer could put a grade on the wrong
+student, and scaled to the LMS item's points when asked.
 
 A gradebook row is named after the submission (the file ``alice.ipynb`` is the row ``alice``); the
-learning-management system knows the student by its own ID. A **roster** CSV maps one to the
-other. Its columns (a header row, any order; only the first two are required):
+LMS knows the student by its own identifiers. A **roster** CSV maps one to the other, in one of two
+forms (a header row; columns in any order, names in any case):
 
-* ``submission``: the name of the student's row in the gradebook;
-* ``id``: the student's ID in the LMS (Canvas's numeric user ID, Moodle's *ID number*, Gradescope's
-  *SID*);
-* ``name``, ``email``, ``sis_user_id``, ``sis_login_id``, ``section``: filled in where a format has
-  the column.
+* the course's own roster: ``submission`` (the gradebook row's name) and the identifiers the format
+  needs: ``id`` (Canvas's numeric user ID, or Moodle's *ID number*), ``email``, ``username``,
+  ``sis_user_id``, ``sis_login_id``; ``name`` and ``section`` are copied where a format has them;
+* **Canvas's own gradebook export** (Grades → Export): ``Student, ID, SIS User ID, SIS Login ID,
+  Section`` and the assignment columns (ignored), with its ``Points Possible`` row (skipped). A
+  gradebook row then belongs to the student whose name (``Lee, Anna`` or ``Anna Lee``), SIS login
+  ID, SIS user ID or ID equals the row's name.
 
-Every student must be on both sides: a gradebook row with no roster entry, and a roster entry with
-no gradebook row, are both listed in one error (:class:`RosterMismatch`), never dropped, and so are
-rows the grader failed on (``status=error``: their score is not the student's). With
-``missing_as_zero`` the roster's students without a submission get 0 instead, and are listed.
+Names are compared after Unicode normalisation (NFC, then case folded, white space collapsed): a
+file saved on macOS (``José`` decomposed) matches the roster's ``José``. Every student must be on
+both sides: a gradebook row with no roster entry, a row that matches two students, a student
+matched by two rows, and a roster student with no gradebook row are all listed in one error
+(:class:`RosterMismatch`), never dropped or guessed; so are rows the grader failed on
+(``status=error``: their score is not the student's). With ``missing_as_zero`` the roster's
+students without a submission get 0 instead, and are listed.
 
-The formats, from each system's documentation of its grade import:
+The formats, from each system's documentation and the source of its importer:
 
 * ``canvas``: Canvas's gradebook CSV, as its *Export* writes it and its *Import* reads it:
-  ``Student, ID, SIS User ID, SIS Login ID, Section``, then one column per assignment, named
-  after it; the row under the header, ``Points Possible``, gives the assignment's maximum. Canvas
-  matches a row to a student by ``ID`` (or ``SIS User ID``).
-* ``moodle``: for Moodle's *Import grades from CSV file*: ``ID number, Email address, Full name``
-  and one column for the grade item. On import, *Identify user by* maps ``ID number`` (or
-  ``Email address``) to the user field, and the grade column is mapped to the grade item.
-* ``gradescope``: the layout of Gradescope's score export, which its score import reads back:
-  ``Name, SID, Email, Total Score, Max Points``; rows match students by ``Email`` or ``SID``.
+  ``Student, ID, SIS User ID, SIS Login ID, Section``, one column for the assignment and a
+  ``Points Possible`` row. Canvas's importer takes the column's assignment by ``Title (id)`` (the id
+  in the assignment's URL) or else by a title equal to the whole header; a header that matches
+  neither is offered as a *new* assignment. It takes the student by ``ID`` (Canvas's user ID), else
+  by ``SIS User ID`` or ``SIS Login ID``, else by name. So every row needs a usable identifier (an
+  ``ID`` that is a Canvas user ID, a positive whole number, or a SIS ID), no identifier may be given
+  twice, and a name may not contain ``Points Possible`` (Canvas skips such a row).
+* ``moodle``: for Moodle's *Import grades from CSV file*: the identifier columns the roster fills
+  (``ID number``, ``Email address``, ``Username``), ``Full name`` and one column for the grade
+  item. On import, *Identify user by* maps one identifier column to the user field of the same
+  meaning (``Email address`` to *Email address*, never to *User ID*, Moodle's internal number).
+  Moodle's importer skips a blank identifier and keeps **the previous row's student**, so a blank
+  (or ``0``) identifier would give that grade to the student above: every identifier column
+  written must be filled in for every row, and unique (compared without case: Moodle compares
+  e-mail and username so, and a database may compare ID numbers so).
+
+Scores are the gradebook's points out of the homework's total unless ``points`` is given: then
+each total is scaled to ``points`` (``--points 10``; ``--percent`` is ``--points 100``), and
+:class:`Exported` says how many points the LMS item must have (a new Moodle grade item has 100;
+17 raw points on it would read as 17 %).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import os
+import re
 import sys
-from collections.abc import Sequence
-from dataclasses import dataclass
+import tempfile
+import unicodedata
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-FORMATS = ("canvas", "moodle", "gradescope")
-ROSTER_COLUMNS = ("submission", "id", "name", "email", "sis_user_id", "sis_login_id", "section")
+FORMATS = ("canvas", "moodle")
+ROSTER_COLUMNS = ("submission", "id", "name", "email", "username", "sis_user_id", "sis_login_id", "section")
+
+#: Canvas's importer drops every column whose header contains one of these (its
+#: ``NON_ASSIGNMENT_COLUMN_HEADERS``), and the student columns by these exact names
+CANVAS_NOT_ASSIGNMENTS = (
+    "Current Score",
+    "Current Points",
+    "Current Grade",
+    "Final Score",
+    "Final Points",
+    "Final Grade",
+    "Override Score",
+    "Override Grade",
+    "Override Status",
+)
+CANVAS_STUDENT_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+#: how Canvas's importer splits a header into the assignment's title and id (``Assignment.title_and_id``)
+CANVAS_TITLE_AND_ID = re.compile(r"\A(.*)\s\((\d+)\)\Z", re.DOTALL)
+MOODLE_IDENTIFIERS = (("ID number", "id"), ("Email address", "email"), ("Username", "username"))
 
 
 class RosterMismatch(ValueError):
-    """The gradebook and the roster do not hold the same students (both lists in the message)."""
+    """The gradebook and the roster do not hold the same students (every problem in the message)."""
+
+
+def same_name(text: str) -> str:
+    """The form in which two names are compared: NFC, case folded, white space collapsed."""
+    folded = unicodedata.normalize("NFC", unicodedata.normalize("NFC", text).casefold())
+    return " ".join(folded.split())
 
 
 @dataclass(frozen=True)
@@ -51,122 +98,314 @@ class Student:
     """One roster entry: a gradebook row's name and the student's identity in the LMS."""
 
     submission: str
-    id: str
+    id: str = ""
     name: str = ""
     email: str = ""
+    username: str = ""
     sis_user_id: str = ""
     sis_login_id: str = ""
     section: str = ""
+    line: int = 0
+    """The roster's line, for error messages (0: not read from a file)."""
+    aliases: tuple[str, ...] = ()
+    """The names a gradebook row may have for this student when the roster has no ``submission``
+    column (Canvas's own export): its names, SIS IDs and ID."""
+
+    def keys(self) -> set[str]:
+        return {same_name(k) for k in ((self.submission,) if self.submission else self.aliases) if k.strip()}
+
+    def label(self) -> str:
+        who = self.submission or self.name or self.id
+        return f"line {self.line} ({who})" if self.line else repr(who)
 
 
 @dataclass(frozen=True)
 class Grade:
-    """What an LMS receives for one student: the total and the maximum."""
+    """What an LMS receives for one student: the points, out of ``possible``, and the row's name."""
 
     student: Student
-    score: str
-    possible: str
+    score: float
+    possible: float
+    submission: str | None  # the gradebook row; None for a student given 0 (missing_as_zero)
+
+
+@dataclass
+class Exported:
+    """An export's text and what the instructor must know about it."""
+
+    text: str
+    assignment: str
+    """The LMS item's name, as the file's column has it."""
+    students: int
+    points: float
+    """The points the LMS item must have: the scores are out of this."""
+    zeros: list[str] = field(default_factory=list)
+    """Roster students given 0 for having no submission (``missing_as_zero``)."""
+    notes: list[str] = field(default_factory=list)
+
+
+# -- the roster ---------------------------------------------------------------------------------
+
+
+def _column(header: str) -> str:
+    return re.sub(r"[\s_]+", "_", header.strip().lower())
 
 
 def read_roster(path: str | Path) -> list[Student]:
-    """The roster CSV at ``path`` (see the module's documentation); ValueError naming the file
-    and the row for a missing column, an empty ``submission`` or ``id``, or a name given twice."""
+    """The roster CSV at ``path`` (either form of the module's documentation). ValueError naming
+    the file and the lines for a missing column, an empty ``submission``, or one name given twice."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark is not a column
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read the roster {path}: {exc}") from None
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip().lower() for h in (reader.fieldnames or [])]
-    missing = [c for c in ("submission", "id") if c not in header]
-    if missing:
-        raise ValueError(f"the roster {path} has no column {missing} (its header: {reader.fieldnames})")
-    students, seen = [], {}
-    for line, raw in enumerate(reader, start=2):
-        row = {k.strip().lower(): (v or "").strip() for k, v in raw.items() if k is not None}
-        if not row.get("submission") or not row.get("id"):
-            raise ValueError(f"the roster {path}, line {line}: 'submission' and 'id' must both be filled in")
-        if row["submission"] in seen:
-            raise ValueError(
-                f"the roster {path} names the submission {row['submission']!r} twice (lines {seen[row['submission']]} and {line})"
+    reader = csv.reader(io.StringIO(text))
+    header = [_column(h) for h in next(reader, [])]
+    canvas = "submission" not in header and header[:2] == ["student", "id"]
+    if "submission" not in header and not canvas:
+        raise ValueError(
+            f"the roster {path} has no column 'submission' and is not Canvas's gradebook export "
+            f"(Student, ID, SIS User ID, SIS Login ID, Section, ...); its header: {header}"
+        )
+    where = {c: header.index(c) for c in ROSTER_COLUMNS if c in header}
+    if canvas:
+        where["name"] = 0
+    students: list[Student] = []
+    seen: dict[str, int] = {}
+    for raw in reader:
+        line = reader.line_num
+        cells = [c.strip() for c in raw]
+        value = {c: cells[i] if i < len(cells) else "" for c, i in where.items()}
+        if canvas:
+            if "Points Possible" in (cells[0] if cells else ""):
+                continue  # Canvas's row of the assignments' points (its importer skips it too)
+            if all(re.fullmatch(r"(?i)(muted|manual posting.*)?", c) for c in cells):
+                continue  # blank, or Canvas's row of muted assignments
+            name = value.get("name", "")
+            swapped = " ".join(reversed([p.strip() for p in name.split(",", 1)])) if name.count(",") == 1 else ""
+            aliases = tuple(
+                dict.fromkeys(
+                    a for a in (name, swapped, *(value.get(c, "") for c in ("sis_login_id", "sis_user_id", "id"))) if a
+                )
             )
-        seen[row["submission"]] = line
-        students.append(Student(**{c: row.get(c, "") for c in ROSTER_COLUMNS}))
+            students.append(
+                Student(submission="", line=line, aliases=aliases, **{c: value.get(c, "") for c in ROSTER_COLUMNS[1:]})
+            )
+            continue
+        if not any(cells):
+            continue
+        if not value.get("submission"):
+            raise ValueError(f"the roster {path}, line {line}: 'submission' is empty")
+        key = same_name(value["submission"])
+        if key in seen:
+            raise ValueError(
+                f"the roster {path} names the submission {value['submission']!r} twice "
+                f"(lines {seen[key]} and {line}; names are compared ignoring case and Unicode form)"
+            )
+        seen[key] = line
+        students.append(Student(line=line, **{c: value.get(c, "") for c in ROSTER_COLUMNS}))
+    if not students:
+        raise ValueError(f"the roster {path} lists no student")
     return students
+
+
+# -- matching -----------------------------------------------------------------------------------
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        value = float(text or "")
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
 
 
 def match_roster(
     rows: Sequence[dict[str, str]], roster: Sequence[Student], *, missing_as_zero: bool = False
 ) -> tuple[list[Grade], list[str]]:
     """Each roster student's grade, in the roster's order, and the students given 0 for having no
-    row (only with ``missing_as_zero``). RosterMismatch lists every name found on one side only."""
-    by_name = {row["submission"]: row for row in rows}
-    unknown = sorted(set(by_name) - {s.submission for s in roster})
-    absent = [s.submission for s in roster if s.submission not in by_name]
+    row (only with ``missing_as_zero``). RosterMismatch lists every problem found."""
     problems = []
+    by_key: dict[str, list[Student]] = defaultdict(list)
+    for s in roster:
+        for k in s.keys():
+            by_key[k].append(s)
+    rows_by_key: dict[str, list[str]] = defaultdict(list)
+    for row in rows:
+        rows_by_key[same_name(row["submission"])].append(row["submission"])
+    doubled = sorted(names for names in rows_by_key.values() if len(names) > 1)
+    if doubled:
+        problems.append(f"gradebook rows that are one name written twice (case or Unicode form): {doubled}")
+    owner: dict[str, Student] = {}
+    unknown, ambiguous = [], []
+    for row in rows:
+        found = list(dict.fromkeys(by_key.get(same_name(row["submission"]), [])))
+        if not found:
+            unknown.append(row["submission"])
+        elif len(found) > 1:
+            ambiguous.append(f"{row['submission']!r} matches roster {', '.join(s.label() for s in found)}")
+        else:
+            owner[row["submission"]] = found[0]
+    claimed: dict[Student, list[str]] = defaultdict(list)
+    for name, s in owner.items():
+        claimed[s].append(name)
+    twice = [f"roster {s.label()} is matched by the rows {sorted(n)}" for s, n in claimed.items() if len(n) > 1]
+    absent = [s for s in roster if s not in claimed]
     if unknown:
-        problems.append(f"gradebook rows with no roster entry: {unknown}")
+        problems.append(f"gradebook rows with no roster entry: {sorted(unknown)}")
+    if ambiguous:
+        problems.append("gradebook rows that match several roster students: " + "; ".join(ambiguous))
+    if twice:
+        problems.append("; ".join(twice))
     if absent and not missing_as_zero:
-        problems.append(f"roster students with no gradebook row: {absent} (--missing-as-zero gives them 0)")
-    failed = sorted(name for name, row in by_name.items() if row.get("status") == "error")
+        names = [s.submission or s.name or s.id for s in absent]
+        problems.append(f"roster students with no gradebook row: {names} (--missing-as-zero gives them 0)")
+    failed = sorted(row["submission"] for row in rows if row.get("status") == "error")
     if failed:
         problems.append(f"rows the grader failed on (status=error; re-grade them with --only): {failed}")
+    bad = sorted(
+        row["submission"]
+        for row in rows
+        if _number(row.get("total")) is None or not (_number(row.get("possible")) or 0) > 0
+    )
+    if bad:
+        problems.append(f"rows without a numeric total and a positive 'possible': {bad}")
+    possibles: dict[float | None, list[str]] = defaultdict(list)
+    for row in rows:
+        possibles[_number(row.get("possible"))].append(row["submission"])
+    if len(possibles) > 1:
+        problems.append(
+            "rows graded out of different totals (one LMS item has one maximum; re-grade them together): "
+            + "; ".join(f"{p if p is not None else '(blank)'}: {sorted(n)}" for p, n in possibles.items())
+        )
     if problems:
         raise RosterMismatch("; ".join(problems))
-    possible = next((row.get("possible", "") for row in rows if row.get("possible")), "")
+    possible = _number(rows[0]["possible"]) if rows else None
+    if possible is None:
+        raise RosterMismatch("the gradebook has no row: nothing to export")
+    row_of = {row["submission"]: row for row in rows}
+    by_student = {s: name for name, s in owner.items()}
     grades = [
-        Grade(s, by_name[s.submission]["total"], by_name[s.submission].get("possible", possible))
-        if s.submission in by_name
-        else Grade(s, "0", possible)
+        Grade(s, float(row_of[by_student[s]]["total"]), possible, by_student[s])
+        if s in by_student
+        else Grade(s, 0.0, possible, None)
         for s in roster
     ]
-    return grades, absent
+    return grades, [s.submission or s.name or s.id for s in absent]
 
 
-def canvas_csv(grades: Sequence[Grade], assignment: str) -> str:
-    """Canvas's gradebook import: student columns, one assignment column, a Points Possible row."""
-    rows = [["Student", "ID", "SIS User ID", "SIS Login ID", "Section", assignment]]
-    rows.append(["Points Possible", "", "", "", "", grades[0].possible if grades else ""])
+# -- the formats --------------------------------------------------------------------------------
+
+
+def _duplicates(grades: Sequence[Grade], attr: str, fold: bool) -> list[str]:
+    seen: dict[str, list[str]] = defaultdict(list)
     for g in grades:
+        value = getattr(g.student, attr).strip()
+        if value:
+            seen[value.casefold() if fold else value].append(g.student.label())
+    return [f"{v!r} ({', '.join(who)})" for v, who in seen.items() if len(who) > 1]
+
+
+def canvas_problems(grades: Sequence[Grade], assignment: str) -> list[str]:
+    """Why Canvas's importer could put a grade of this export on the wrong student or assignment."""
+    problems = []
+    for col in CANVAS_NOT_ASSIGNMENTS:
+        if col in assignment:
+            problems.append(
+                f"the assignment title {assignment!r} contains {col!r}: Canvas's importer drops that column"
+            )
+    if assignment.strip() in CANVAS_STUDENT_COLUMNS or not assignment.strip():
+        problems.append(f"{assignment!r} cannot be an assignment column's title")
+    no_key = [
+        g.student.label() for g in grades if not (g.student.id or g.student.sis_user_id or g.student.sis_login_id)
+    ]
+    if no_key:
+        problems.append(f"students with no ID, SIS User ID or SIS Login ID (Canvas would match them by name): {no_key}")
+    not_ids = [
+        f"{g.student.label()}: {g.student.id!r}"
+        for g in grades
+        if g.student.id and not re.fullmatch(r"[1-9][0-9]*", g.student.id)
+    ]
+    if not_ids:
+        problems.append(f"IDs that are not Canvas user IDs (a positive whole number): {not_ids}")
+    for attr, label, fold in (
+        ("id", "ID", False),
+        ("sis_user_id", "SIS User ID", False),
+        ("sis_login_id", "SIS Login ID", True),
+    ):
+        dup = _duplicates(grades, attr, fold)
+        if dup:
+            problems.append(f"the same {label} for several students: {'; '.join(dup)}")
+    pp = [g.student.label() for g in grades if "Points Possible" in g.student.name]
+    if pp:
+        problems.append(f"names containing 'Points Possible' (Canvas skips such a row): {pp}")
+    return problems
+
+
+def moodle_columns(grades: Sequence[Grade]) -> list[tuple[str, str]]:
+    """The identifier columns a Moodle export has: (header, roster field) for each identifier the
+    roster fills for at least one student."""
+    return [(h, attr) for h, attr in MOODLE_IDENTIFIERS if any(getattr(g.student, attr).strip() for g in grades)]
+
+
+def moodle_problems(grades: Sequence[Grade], assignment: str) -> list[str]:
+    """Why Moodle's importer could put a grade of this export on the wrong student."""
+    problems = []
+    columns = moodle_columns(grades)
+    if not columns:
+        problems.append("the roster gives no identifier Moodle can map (id as ID number, email, username)")
+    if assignment.strip() in {h for h, _ in MOODLE_IDENTIFIERS} | {"Full name"} or not assignment.strip():
+        problems.append(f"{assignment!r} cannot be the grade column's title")
+    for header, attr in columns:
+        blank = [g.student.label() for g in grades if getattr(g.student, attr).strip() in ("", "0")]
+        if blank:
+            problems.append(
+                f"students with a blank {header!r} (Moodle would give their grade to the row above): {blank}"
+            )
+        dup = _duplicates(grades, attr, fold=True)  # a database may compare without case
+        if dup:
+            problems.append(f"the same {header!r} for several students: {'; '.join(dup)}")
+    return problems
+
+
+def canvas_csv(grades: Sequence[Grade], scores: Sequence[str], assignment: str, points: str) -> str:
+    """Canvas's gradebook import: student columns, one assignment column, a Points Possible row."""
+    rows = [[*CANVAS_STUDENT_COLUMNS, assignment], ["Points Possible", "", "", "", "", points]]
+    for g, score in zip(grades, scores):
         s = g.student
-        rows.append([s.name, s.id, s.sis_user_id, s.sis_login_id, s.section, g.score])
+        rows.append([_cell(s.name), s.id, s.sis_user_id, s.sis_login_id, _cell(s.section), score])
     return _csv(rows)
 
 
-def moodle_csv(grades: Sequence[Grade], assignment: str) -> str:
-    """Moodle's CSV grade import: ID number, email address and full name, one grade column."""
-    rows = [["ID number", "Email address", "Full name", assignment]]
-    rows += [[g.student.id, g.student.email, g.student.name, g.score] for g in grades]
+def moodle_csv(grades: Sequence[Grade], scores: Sequence[str], assignment: str, points: str) -> str:
+    """Moodle's CSV grade import: the identifier columns, the full name, one grade column."""
+    columns = moodle_columns(grades)
+    rows = [[*(h for h, _ in columns), "Full name", assignment]]
+    for g, score in zip(grades, scores):
+        rows.append([*(getattr(g.student, attr) for _, attr in columns), _cell(g.student.name), score])
     return _csv(rows)
 
 
-def gradescope_csv(grades: Sequence[Grade], assignment: str) -> str:
-    """Gradescope's score layout: Name, SID, Email, Total Score, Max Points."""
-    rows = [["Name", "SID", "Email", "Total Score", "Max Points"]]
-    rows += [[g.student.name, g.student.id, g.student.email, g.score, g.possible] for g in grades]
-    return _csv(rows)
-
-
-WRITERS = {"canvas": canvas_csv, "moodle": moodle_csv, "gradescope": gradescope_csv}
+WRITERS = {"canvas": canvas_csv, "moodle": moodle_csv}
+CHECKS = {"canvas": canvas_problems, "moodle": moodle_problems}
 
 
 def _csv(rows: list[list[str]]) -> str:
     buf = io.StringIO()
-    csv.writer(buf).writerows([[_cell(v) for v in row] for row in rows])
+    csv.writer(buf).writerows(rows)
     return buf.getvalue()
 
 
 def _cell(value: str) -> str:
-    """A cell a spreadsheet shows as text: a leading = + - @ would start a formula."""
-    return "'" + value if value[:1] in ("=", "+", "-", "@") and not _is_number(value) else value
+    """A name a spreadsheet shows as text: a leading = + - @ would start a formula. Identifiers are
+    written as they are (the LMS compares them exactly)."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") and _number(value) is None else value
 
 
-def _is_number(value: str) -> bool:
-    try:
-        float(value)
-        return True
-    except ValueError:
-        return False
+def points_text(x: float) -> str:
+    """A score as both importers read it: plain decimals (no exponent), at most 4 places."""
+    text = f"{round(x, 4):.4f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
 
 
 def export(
@@ -176,48 +415,162 @@ def export(
     assignment: str,
     *,
     missing_as_zero: bool = False,
-) -> tuple[str, list[str]]:
-    """The gradebook ``rows`` as ``fmt``'s CSV text, and the roster students given 0."""
+    points: float | None = None,
+) -> Exported:
+    """The gradebook ``rows`` as ``fmt``'s CSV text for the LMS item ``assignment``, scaled to
+    ``points`` if given. RosterMismatch (a ValueError) names every row the LMS could misplace."""
     if fmt not in WRITERS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    if points is not None and not (points > 0 and points == points and points != float("inf")):
+        raise ValueError(f"--points must be a positive number, not {points}")
+    assignment = assignment.strip()  # Canvas finds "Title (id)" only at the header's very end
     grades, zeros = match_roster(rows, roster, missing_as_zero=missing_as_zero)
-    return WRITERS[fmt](grades, assignment), zeros
+    problems = CHECKS[fmt](grades, assignment)
+    if problems:
+        raise RosterMismatch("; ".join(problems))
+    possible = grades[0].possible
+    scale = points if points is not None else possible
+    scores = [points_text(g.score * scale / possible) for g in grades]
+    text = WRITERS[fmt](grades, scores, assignment, points_text(scale))
+    notes = []
+    review = sorted(row["submission"] for row in rows if row.get("status") == "review")
+    if review:
+        notes.append(f"rows flagged for review (status=review; the reason is in their feedback): {review}")
+    if fmt == "canvas" and not CANVAS_TITLE_AND_ID.match(assignment):
+        notes.append(
+            f"Canvas matches the column {assignment!r} to the assignment with exactly that title; "
+            "--assignment 'Title (id)' (the id in the assignment's URL) matches it by id"
+        )
+    return Exported(text, assignment, len(grades), scale, zeros, notes)
+
+
+def item_points_advice(fmt: str, result: Exported) -> str:
+    """One line: the points the LMS item must have for these scores to mean what they say."""
+    pts, assignment = points_text(result.points), result.assignment
+    if fmt == "canvas":
+        return f"the Canvas assignment {assignment!r} must be worth {pts} points (the scores are out of {pts})"
+    return (
+        f"map the column {assignment!r} to a Moodle grade item whose maximum grade is {pts} (a new grade "
+        f"item gets 100; the scores are out of {pts}); identify users by a column of the same meaning "
+        "(Email address to Email address, ...), never by 'User ID'"
+    )
+
+
+def write_export(path: Path, make: Callable[[], Exported]) -> tuple[Exported | None, str]:
+    """Write what ``make()`` returns to ``path`` through a temporary file renamed into place; when
+    ``make`` raises ValueError or the write fails, remove an earlier export at ``path`` (it no
+    longer matches the gradebook). Returns (the export, '') or (None, what went wrong)."""
+    try:
+        result = make()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                f.write(result.text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return result, ""
+    except (ValueError, OSError) as exc:
+        message = str(exc)
+        try:
+            if path.is_file() or path.is_symlink():
+                path.unlink()
+                message += f"; removed {path}, an earlier export that no longer matches this gradebook"
+            else:
+                message += f"; {path} was not written"
+        except OSError as gone:
+            message += f"; could not remove the earlier {path}: {gone}"
+        return None, message
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m attngrade export GRADEBOOK --roster ROSTER --format canvas [--out FILE]``."""
+    """``python -m attngrade export GRADEBOOK --roster ROSTER --format canvas [--assignment TITLE]
+    [--points N | --percent] [--out FILE]``."""
     import argparse
 
-    from .report import read_gradebook
+    from .report import read_gradebook, recorded_homework
 
     p = argparse.ArgumentParser(
         prog="python -m attngrade export", description="Write a gradebook as the CSV file an LMS imports."
     )
     p.add_argument("gradebook", help="a gradebook.csv written by attnbook-grade")
-    p.add_argument("--roster", required=True, help="CSV with columns submission,id[,name,email,...]")
-    p.add_argument("--format", required=True, choices=FORMATS)
-    p.add_argument("--assignment", default=None, help="the assignment's name in the LMS (default: the folder's name)")
+    add_export_options(p, required=True)
     p.add_argument("--out", default=None, help="file to write (default: FORMAT.csv beside the gradebook)")
-    p.add_argument("--missing-as-zero", action="store_true", help="give roster students without a row 0")
     args = p.parse_args(argv)
     gradebook = Path(args.gradebook)
     if not gradebook.is_file():
         print(f"attngrade export: {gradebook} is not a gradebook file", file=sys.stderr)
         return 2
-    try:
-        text, zeros = export(
+    assignment = args.assignment or recorded_homework(gradebook.parent)
+    if not assignment:
+        print(
+            f"attngrade export: no record of the homework graded into {gradebook.parent}; "
+            "give the LMS item's name with --assignment",
+            file=sys.stderr,
+        )
+        return 2
+    out = Path(args.out) if args.out else gradebook.parent / f"{args.format}.csv"
+    if out.resolve() == gradebook.resolve():
+        print(f"attngrade export: --out {out} is the gradebook itself", file=sys.stderr)
+        return 2
+    result, error = write_export(
+        out,
+        lambda: export(
             read_gradebook(gradebook),
             read_roster(args.roster),
             args.format,
-            args.assignment or gradebook.resolve().parent.name,
+            assignment,
             missing_as_zero=args.missing_as_zero,
-        )
-    except ValueError as exc:
-        print(f"attngrade export: {exc}", file=sys.stderr)
+            points=export_points(args),
+        ),
+    )
+    if result is None:
+        print(f"attngrade export: {error}", file=sys.stderr)
         return 2
-    out = Path(args.out) if args.out else gradebook.parent / f"{args.format}.csv"
-    out.write_text(text, encoding="utf-8")
-    if zeros:
-        print(f"given 0 (no submission): {', '.join(zeros)}", file=sys.stderr)
-    print(f"wrote {out} ({args.format}, {text.count(chr(10)) - 1 - (args.format == 'canvas')} students)")
+    report_export(args.format, result, out)
     return 0
+
+
+def export_points(args) -> float | None:
+    return 100.0 if getattr(args, "percent", False) else getattr(args, "points", None)
+
+
+def add_export_options(p, *, required: bool) -> None:
+    """The options of an export, shared by ``python -m attngrade export`` and ``attnbook-grade``."""
+    p.add_argument(
+        "--format" if required else "--export",
+        dest="format" if required else "export",
+        required=required,
+        default=None,
+        choices=FORMATS,
+        help="the LMS whose import file to write" + ("" if required else " (needs --roster)"),
+    )
+    p.add_argument(
+        "--roster",
+        required=required,
+        default=None,
+        help="CSV with columns submission,id[,name,email,username,sis_user_id,sis_login_id,section], "
+        "or Canvas's own gradebook export",
+    )
+    p.add_argument(
+        "--assignment",
+        default=None,
+        help="the LMS item's name: for Canvas 'Title (id)' with the id in the assignment's URL, or its "
+        "exact title (default: the homework's name)",
+    )
+    scale = p.add_mutually_exclusive_group()
+    scale.add_argument("--points", type=float, default=None, help="scale the scores to the LMS item's N points")
+    scale.add_argument("--percent", action="store_true", help="scale the scores to 100 (same as --points 100)")
+    p.add_argument("--missing-as-zero", action="store_true", help="give roster students without a row 0")
+
+
+def report_export(fmt: str, result: Exported, out: Path) -> None:
+    """Print what was written and what the instructor must know to import it."""
+    print(f"wrote {out} ({fmt}, {result.students} students, column {result.assignment!r})")
+    print(f"  {item_points_advice(fmt, result)}")
+    if result.zeros:
+        print(f"  given 0 (no submission): {', '.join(result.zeros)}")
+    for note in result.notes:
+        print(f"  note: {note}")

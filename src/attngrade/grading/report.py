@@ -11,8 +11,9 @@
   partial re-grade still counts the whole class;
 * ``misconceptions.csv``: per question and named mistake, how many students it explains and who
   (the summary ranks the questions by points lost and lists the same counts under each);
-* ``questions.png``: one histogram of the scores per question; ``questions.json``: each question's
-  points.
+* ``questions.png``: one histogram of the scores per question (one y-scale, bars centred on the
+  scores); ``questions.json``: each question's points; ``run.json``: the homework graded and when
+  (what ``export`` and ``course-report`` name it by).
 
 With ``merge`` (the CLI's ``--only``) the rows graded now replace those of the same students in the
 existing gradebook and the other rows stay, and the summary is computed from the merged rows; without it the gradebook and the feedback folder are
@@ -29,6 +30,7 @@ import json
 import os
 import re
 import tempfile
+import time
 import unicodedata
 from collections import Counter
 from collections.abc import Sequence
@@ -113,9 +115,49 @@ class Written:
 def atomic_write(path: Path, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data.encode("utf-8") if isinstance(data, str) else data)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)  # a failed write leaves no temporary file behind
+        raise
+
+
+#: what a grading run records about itself beside the gradebook: the homework and when
+RUN_FILE = "run.json"
+
+
+def recorded_homework(folder: Path) -> str | None:
+    """The homework graded into ``folder``, as the run recorded it (``run.json``; for an output
+    folder of an older version, the title of its ``summary.md``), or None without either."""
+    try:
+        name = json.loads((folder / RUN_FILE).read_text(encoding="utf-8")).get("homework")
+        if isinstance(name, str) and name:
+            return name
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        with open(folder / "summary.md", encoding="utf-8") as f:
+            found = re.match(r"# (.+): class summary$", f.readline().rstrip("\n"))
+    except (OSError, UnicodeDecodeError):
+        return None
+    return found.group(1) if found else None
+
+
+def recorded_time(folder: Path) -> float:
+    """When the homework in ``folder`` was last graded (seconds since the epoch): the run's record,
+    else the gradebook's modification time."""
+    try:
+        when = json.loads((folder / RUN_FILE).read_text(encoding="utf-8")).get("graded_at")
+        if isinstance(when, (int, float)):
+            return float(when)
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
+        return (folder / "gradebook.csv").stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _num(x: float) -> str:
@@ -372,8 +414,26 @@ def points_lost(
     return sorted(lost.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def histogram_png(rows: Sequence[dict[str, str]], homework: str) -> bytes | None:
-    """A PNG histogram of the totals (status=error rows left out), or None without matplotlib."""
+MAX_BARS = 40
+"""The most bars a score histogram draws (wider bars, of whole points, beyond)."""
+
+
+def score_bins(scores: Sequence[float], top: float) -> list[float]:
+    """Histogram bin edges for ``scores`` out of ``top``, each bar centred on a score it counts:
+    one bar per point when every score is whole, per half point when they are halves (the bars
+    of 0, 1, 2, ... are [-0.5, 0.5), [0.5, 1.5), ...), widened to 2, 4, ... points so that there are
+    at most :data:`MAX_BARS`. Scores of any other kind (a scaled total) get 20 equal bins over [0, top]."""
+    values = [float(v) for v in scores] + [float(top)]
+    if not all((2 * v).is_integer() for v in values):
+        return [top * k / 20 for k in range(21)]
+    step = 1.0 if all(v.is_integer() for v in values) else 0.5
+    while max(values) / step + 1 > MAX_BARS:
+        step = 2 * step if step >= 1 else 1.0
+    bars = int(max(values) // step) + 1
+    return [(k - 0.5) * step for k in range(bars + 1)]
+
+
+def _pyplot():
     try:
         import matplotlib
 
@@ -381,55 +441,81 @@ def histogram_png(rows: Sequence[dict[str, str]], homework: str) -> bytes | None
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    totals = [float(r.get("total") or 0) for r in rows if r.get("status") != "error"]
-    possible = max([float(r.get("possible") or 0) for r in rows] + [1.0])
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
-    bins = min(int(possible) + 1, 25)
-    ax.hist(totals, bins=bins, range=(0, possible), color="#4C72B0", edgecolor="white")
-    ax.set_xlabel(f"total score (of {possible:g})")
-    ax.set_ylabel("submissions")
-    from matplotlib.ticker import MaxNLocator
+    return plt
 
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(f"{homework}: {len(totals)} graded submissions")
-    fig.tight_layout()
+
+def _png(fig) -> bytes:
+    plt = _pyplot()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     plt.close(fig)
     return buf.getvalue()
 
 
-def question_histograms_png(
-    rows: Sequence[dict[str, str]], questions: Sequence[str], possible: dict[str, float], homework: str
-) -> bytes | None:
-    """A PNG with one small histogram of the scores per question (status=error rows left out)."""
-    try:
-        import matplotlib
+def histogram_figure(rows: Sequence[dict[str, str]], homework: str):
+    """The histogram of the totals (status=error rows left out), bars centred on the scores
+    (:func:`score_bins`); None without matplotlib."""
+    plt = _pyplot()
+    if plt is None:
+        return None
+    from matplotlib.ticker import MaxNLocator
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    totals = [float(r.get("total") or 0) for r in rows if r.get("status") != "error"]
+    possible = max([float(r.get("possible") or 0) for r in rows] + [1.0])
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    ax.hist(totals, bins=score_bins(totals, possible), color="#4C72B0", edgecolor="white")
+    ax.set_xlabel(f"total score (of {possible:g})")
+    ax.set_ylabel("submissions")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_title(f"{homework}: {len(totals)} graded submissions")
+    fig.tight_layout()
+    return fig
+
+
+def histogram_png(rows: Sequence[dict[str, str]], homework: str) -> bytes | None:
+    """:func:`histogram_figure` as PNG bytes, or None without matplotlib."""
+    fig = histogram_figure(rows, homework)
+    return None if fig is None else _png(fig)
+
+
+def question_histograms_figure(
+    rows: Sequence[dict[str, str]], questions: Sequence[str], possible: dict[str, float], homework: str
+):
+    """One histogram of the scores per question (status=error rows left out), side by side with
+    one y-scale, so that bar heights compare across questions; bars centred on the scores
+    (:func:`score_bins`). None without matplotlib or without a graded row."""
+    plt = _pyplot()
+    if plt is None:
         return None
     from matplotlib.ticker import MaxNLocator
 
     graded = [r for r in rows if r.get("status") != "error"]
     if not graded or not questions:
         return None
-    fig, axes = plt.subplots(1, len(questions), figsize=(2.2 * len(questions) + 0.6, 2.6), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(questions), figsize=(2.2 * len(questions) + 0.6, 2.6), dpi=100, squeeze=False, sharey=True
+    )
     for ax, q in zip(axes[0], questions):
         scores = [float(r.get(q) or 0) for r in graded]
         top = possible.get(q) or max(scores + [1.0])
-        ax.hist(scores, bins=min(int(top * 2) + 1, 20), range=(0, top), color="#4C72B0", edgecolor="white")
+        ax.hist(scores, bins=score_bins(scores, top), color="#4C72B0", edgecolor="white")
         ax.set_title(q)
         ax.set_xlabel("points")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes[0][0].set_ylabel("submissions")
     fig.suptitle(f"{homework}: scores per question")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return fig
+
+
+def question_histograms_png(
+    rows: Sequence[dict[str, str]], questions: Sequence[str], possible: dict[str, float], homework: str
+) -> bytes | None:
+    """:func:`question_histograms_figure` as PNG bytes (None without matplotlib or graded rows)."""
+    fig = question_histograms_figure(rows, questions, possible, homework)
+    return None if fig is None else _png(fig)
 
 
 def write_reports(
@@ -450,6 +536,7 @@ def write_reports(
         for row in read_gradebook(book):
             rows.setdefault(row["submission"], row)
     atomic_write(book, gradebook_csv(list(rows.values()), questions))
+    atomic_write(out / RUN_FILE, json.dumps({"homework": homework, "graded_at": time.time()}, indent=1) + "\n")
     names = sorted(rows)
     files = dict(zip(names, unique_filenames(names)))
     feedback_dir = out / "feedback"
