@@ -1,7 +1,8 @@
 """Grade every honest habit with both graders and report where ``otter run`` and the class grader disagree.
 
 The habit suite (``tests/attngrade/test_grader_habits.py``: odd file names, zip exports, comparisons
-with the course's references above and below the answers, prints, files written, ...) and each
+with the course's references above and below the answers, prints, files written, ...), hw02's
+honest and hostile tests for its test-writing question (``test_student_tests.HW02_TESTS``) and each
 homework's comparing notebook (``tests/submissions.py``: the solutions with ``expected =
 <reference call>`` at the top and the bottom of every answer cell) are graded twice: by ``otter
 run`` on the homework's Gradescope zip, as Gradescope would, and by the class grader
@@ -29,6 +30,8 @@ from pathlib import Path
 KNOWN = {
     "byte_order_mark": "otter run cannot read a notebook that starts with a UTF-8 byte-order mark "
     "(nbformat: 'Notebook does not appear to be JSON'); attnbook-grade reads it and grades it in full",
+    "ipytest cell (honest)": "otter's kernel has no %%ipytest magic unless the autograder installs ipytest "
+    "(it is not in the homework's requirements): the cell does not run there, so q5 scores 0 under otter run",
 }
 
 
@@ -50,7 +53,7 @@ def otter_scores(zip_path: Path, notebook: Path, questions: list[str]) -> dict[s
     return {t["name"]: float(t["score"]) for t in tests if t.get("name") in questions}
 
 
-def notebooks(homework_names: list[str], habits: bool) -> list[tuple[str, str, str, bytes]]:
+def notebooks(homework_names: list[str], habits: bool, student_tests: bool = True) -> list[tuple[str, str, str, bytes]]:
     """(homework, label, file name, content) for every notebook to grade."""
     from tests.homework_support import homework
     from tests.submissions import comparing_submission
@@ -65,6 +68,11 @@ def notebooks(homework_names: list[str], habits: bool) -> list[tuple[str, str, s
     for name in homework_names:
         hw = homework(name)
         chosen.append((name, "comparing", f"{name}.ipynb", json.dumps(comparing_submission(hw)).encode("utf-8")))
+    if student_tests:
+        from tests.attngrade.test_student_tests import hw02_notebooks
+
+        for label, nb in hw02_notebooks().items():
+            chosen.append(("hw02", label, "hw02.ipynb", json.dumps(nb).encode("utf-8")))
     return chosen
 
 
@@ -72,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--homework", nargs="*", default=None, help="homework whose comparing notebook to grade (all)")
     parser.add_argument("--no-habits", action="store_true", help="leave out hw01's habit suite")
+    parser.add_argument(
+        "--no-student-tests", action="store_true", help="leave out hw02's honest and hostile tests of q5"
+    )
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
 
@@ -80,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.homework_support import autograder_zip, bwrap_available, homework
 
     names = args.homework if args.homework is not None else [hw.name for hw in all_homework()]
-    chosen = notebooks(names, habits=not args.no_habits)
+    chosen = notebooks(names, habits=not args.no_habits, student_tests=not args.no_student_tests)
     work = Path(tempfile.mkdtemp(prefix="check-otter-"))
     paths = []
     for k, (_, _, file_name, data) in enumerate(chosen):

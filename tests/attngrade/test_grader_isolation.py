@@ -962,6 +962,9 @@ import os
 _left = [p for p in ("/tmp/note_for_the_next_student", "/dev/shm/note_for_the_next_student",
                      os.path.join(os.getcwd(), "note_for_the_next_student")) if os.path.exists(p)]
 _mine = {1, os.getpid(), os.getppid()}
+# this submission's own candidate server and test factory (forked before its first cell ran)
+_mine |= {int(p) for p in os.listdir("/proc") if p.isdigit() and os.path.exists(f"/proc/{p}/stat")
+          and open(f"/proc/{p}/stat").read().rsplit(")", 1)[-1].split()[1] == str(os.getpid())}
 _left += [f"process {p}: " + open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace")
           for p in os.listdir("/proc") if p.isdigit() and int(p) not in _mine and os.path.exists(f"/proc/{p}/cmdline")]
 # what the worker made before it dropped its privileges (torch's and matplotlib's caches) is not

@@ -30,6 +30,191 @@ MUTANTS = {
 }
 SECRET = "tril(-1)"  # a piece of a hidden candidate's code, which must never come back
 
+#: tests that do not know the answer, each trying to score anyway: (passes on the reference,
+#: mutants caught; passes None: either way); every one scores nothing on the question
+ATTACKS = {
+    # remembers the first candidate's outputs and fails every candidate that differs: every run is
+    # a fresh process, so every run is its first
+    "stateful oracle (a global)": (
+        "SEEN = []\n"
+        "def test_causal_keep_mask(f):\n"
+        "    got = [f(n, m) for n, m in [(3, 3), (2, 4), (4, 2)]]\n"
+        "    if SEEN:\n"
+        "        assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(got, SEEN[0]))\n"
+        "    SEEN.append(got)\n",
+        True,
+        set(),
+    ),
+    "stateful oracle (builtins and a file)": (
+        "import builtins, os, pickle\n"
+        "def test_causal_keep_mask(f):\n"
+        "    got = [f(3, 3).tolist(), str(f(3, 3).dtype), f(2, 4).tolist()]\n"
+        "    path = os.path.join('/tmp', 'oracle.pkl')\n"
+        "    seen = getattr(builtins, '_oracle', None)\n"
+        "    if seen is None and os.path.exists(path):\n"
+        "        seen = pickle.load(open(path, 'rb'))\n"
+        "    if seen is not None:\n"
+        "        assert got == seen\n"
+        "    builtins._oracle = got\n"
+        "    try:\n"
+        "        pickle.dump(got, open(path, 'wb'))\n"
+        "    except OSError:\n"
+        "        pass\n",
+        True,
+        set(),
+    ),
+    "stateful oracle (shared memory from a cell)": (
+        "import mmap, pickle\n"
+        "MEM = mmap.mmap(-1, 1 << 16)\n"
+        "def test_causal_keep_mask(f):\n"
+        "    got = pickle.dumps([f(3, 3).tolist(), str(f(3, 3).dtype), f(2, 4).tolist()])\n"
+        "    n = int.from_bytes(MEM[:4], 'big')\n"
+        "    if n:\n"
+        "        assert MEM[4:4 + n] == got\n"
+        "    else:\n"
+        "        MEM[4:4 + len(got)] = got\n"
+        "        MEM[:4] = len(got).to_bytes(4, 'big')\n",
+        True,
+        set(),
+    ),
+    "passes only the first time": (
+        "def test_causal_keep_mask(f):\n"
+        "    f(2, 2)\n"
+        "    runs = test_causal_keep_mask.__dict__.setdefault('runs', [])\n"
+        "    runs.append(1)\n"
+        "    assert len(runs) == 1\n",
+        True,
+        set(),
+    ),
+    # every way of reading the candidate: it is not in the test's process
+    "dis, getclosurevars and gc": (
+        "import dis, gc, inspect, io, types\n"
+        "def test_causal_keep_mask(f):\n"
+        "    f(2, 2)\n"
+        "    text = io.StringIO()\n"
+        "    for obj in gc.get_objects():\n"
+        "        if isinstance(obj, types.FunctionType) and obj.__code__.co_filename == '<candidate>':\n"
+        "            dis.dis(obj, file=text)\n"
+        "        if isinstance(obj, str) and 'def causal_keep_mask' in obj:\n"
+        "            text.write(obj)\n"
+        "    found = inspect.getclosurevars(f).nonlocals\n"
+        "    for v in found.values():\n"
+        "        if callable(v):\n"
+        "            dis.dis(v, file=text)\n"
+        "    assert 'tril(-1)' not in text.getvalue() and '-1' not in text.getvalue()\n"
+        "    assert 'triu' not in text.getvalue() and 'tril' in text.getvalue()\n",
+        False,
+        set(),
+    ),
+    "frames up to the request": (
+        "import sys\n"
+        "def test_causal_keep_mask(f):\n"
+        "    f(2, 2)\n"
+        "    needle = 'dtype=torch.bool)' + '.tril()'  # the reference's code, not this cell's\n"
+        "    frame, text = sys._getframe(), ''\n"
+        "    while frame is not None:\n"
+        "        text += repr(frame.f_locals)\n"
+        "        frame = frame.f_back\n"
+        "    assert needle in text\n",
+        None,  # in the class grader it finds nothing; locally it may find the hidden test's own code
+        set(),  # and passes every candidate: either way it scores nothing
+    ),
+    "a torch tracer": (
+        "from torch.overrides import TorchFunctionMode\n"
+        "class Trace(TorchFunctionMode):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.calls = []\n"
+        "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+        "        self.calls.append((getattr(func, '__name__', str(func)), args[1:], kwargs))\n"
+        "        return func(*args, **(kwargs or {}))\n"
+        "def test_causal_keep_mask(f):\n"
+        "    with Trace() as t:\n"
+        "        f(3, 3)\n"
+        "    assert ('tril', (), {}) in t.calls or ('tril', (0,), {}) in t.calls\n",
+        False,
+        set(),
+    ),
+    # a cell that leaves a server running in the notebook's process, to keep what each run saw:
+    # a run has its own network namespace (or the notebook's processes are stopped while it runs)
+    "a server thread started by a cell": (
+        "import pickle, socket, threading\n"
+        "_state = {}\n"
+        "def _serve():\n"
+        "    srv = socket.socket(socket.AF_UNIX)\n"
+        "    try:\n"
+        "        srv.bind('\\0attngrade-oracle')\n"
+        "    except OSError:\n"
+        "        return\n"
+        "    srv.listen(8)\n"
+        "    while True:\n"
+        "        c, _ = srv.accept()\n"
+        "        data = c.recv(1 << 16)\n"
+        "        if data == b'get':\n"
+        "            c.sendall(_state.get('x', b''))\n"
+        "        else:\n"
+        "            _state.setdefault('x', data)\n"
+        "        c.close()\n"
+        "threading.Thread(target=_serve, daemon=True).start()\n"
+        "def _ask(message):\n"
+        "    c = socket.socket(socket.AF_UNIX)\n"
+        "    c.settimeout(0.5)\n"
+        "    c.connect('\\0attngrade-oracle')\n"
+        "    c.sendall(message)\n"
+        "    c.shutdown(socket.SHUT_WR)\n"
+        "    return c.recv(1 << 16)\n"
+        "def test_causal_keep_mask(f):\n"
+        "    got = pickle.dumps([f(3, 3).tolist(), str(f(3, 3).dtype), f(2, 4).tolist()])\n"
+        "    try:\n"
+        "        seen = _ask(b'get')\n"
+        "    except OSError:\n"
+        "        return\n"
+        "    if seen:\n"
+        "        assert seen == got\n"
+        "    else:\n"
+        "        _ask(got)\n",
+        None,
+        set(),
+    ),
+    # the grader's own code in the notebook's process, patched to claim a verdict: in the class
+    # grader only the candidate server's signed verdict counts
+    "patches the worker's answer": (
+        "import sys\n"
+        "_w = sys.modules.get('attngrade.sandboxed.worker')\n"
+        "if _w is not None:\n"
+        "    _w._run_test = lambda *a, **k: {'ok': True, 'calls': 5, 'error': '',\n"
+        "        'signed': {'payload': '{\"passed\": true, \"calls\": 5}', 'mac': '0' * 64}}\n"
+        "def test_causal_keep_mask(f):\n"
+        "    assert False\n",
+        False,
+        set(),
+    ),
+    # a top-level cell that patches the grader's own code in the notebook's process
+    "patches candidates.prepare": (
+        "import attngrade.sandboxed.candidates as _c\n"
+        "_real = _c.compile_candidate\n"
+        "def _spy(name, source, *rest):\n"
+        "    func = _real(name, source)\n"
+        "    def wrapped(*a, **k):\n"
+        "        if 'tril()' not in source:\n"
+        "            raise AssertionError('a mutant')\n"
+        "        return func(*a, **k)\n"
+        "    return wrapped, (lambda: 1)\n"
+        "_c.prepare = _spy\n"
+        "_c.compile_candidate = lambda name, source: _spy(name, source)[0]\n"
+        "def test_causal_keep_mask(f):\n"
+        "    f(2, 2)\n",
+        True,
+        set(),
+    ),
+}
+
+
+def scores_nothing(passes: bool, caught: set[str]) -> bool:
+    """A test-writing question scores 0 for a test that fails on the reference or catches nothing."""
+    return not passes or not caught
+
+
 #: student tests (notebook cells) -> (passes on the reference, mutants caught)
 STUDENT_TESTS = {
     "honest": (
@@ -59,23 +244,17 @@ STUDENT_TESTS = {
         set(),
     ),
     "sys.exit": ("import sys\ndef test_causal_keep_mask(f):\n    f(2, 2)\n    sys.exit(0)\n", False, set()),
-    # fails only on a candidate whose code it has read: what it can see is its own process's memory
-    # (the compiled candidate), never a file; it prints it, and nothing printed comes back
+    # the candidate runs in a process of its own: the test holds a proxy, with no closure to read
     "reads the candidate": (
         "import dis, inspect, io\n"
         "def test_causal_keep_mask(f):\n"
         "    f(1, 1)\n"
         "    inner = [c.cell_contents for c in f.__closure__ if callable(c.cell_contents)][0]\n"
-        "    try:\n"
-        "        print(inspect.getsource(inner))\n"
-        "    except OSError as exc:\n"
-        "        print('no source:', exc)\n"
         "    out = io.StringIO()\n"
         "    dis.dis(inner, file=out)\n"
-        "    print(out.getvalue())\n"
         "    assert '-1' not in out.getvalue()\n",
-        True,
-        {"the diagonal left out"},
+        False,
+        set(),
     ),
     # a run_as_test of its own does not make the grader trust its answer
     "claims to be the grader's proxy": (
@@ -93,24 +272,17 @@ STUDENT_TESTS = {
         False,
         set(),
     ),
-    # a test can fake its call count (its own memory): that passes the reference, and no more
+    # the calls are counted on the candidate's side: a test that never calls it cannot fake them
     "fakes the call count": (
         "def test_causal_keep_mask(f):\n"
         "    f.calls = 10\n"
-        "    for cell in f.__closure__:\n"
+        "    for cell in f.__closure__ or ():\n"
         "        if isinstance(cell.cell_contents, list):\n"
-        "            cell.cell_contents[0] = 10\n",
-        True,
-        set(),
-    ),
-    "breaks the call count": (
-        "def test_causal_keep_mask(f):\n"
-        "    for cell in f.__closure__:\n"
-        "        if isinstance(cell.cell_contents, list):\n"
-        "            cell.cell_contents.clear()\n",
+        "            cell.cell_contents[:] = [10]\n",
         False,
         set(),
     ),
+    **ATTACKS,
 }
 
 FORBIDDEN_TEST = (
@@ -118,8 +290,19 @@ FORBIDDEN_TEST = (
 )
 
 
+@pytest.fixture(autouse=True)
+def _restore_the_grader():
+    """A hostile cell run here (local_test) patches this process's own copy of the grader."""
+    from attngrade.sandboxed import candidates
+
+    saved = candidates.prepare, candidates.compile_candidate
+    yield
+    candidates.prepare, candidates.compile_candidate = saved
+
+
 def verdicts(run: callable) -> tuple[bool, set[str]]:
-    """(passes on the reference, mutants caught) with ``run(name, source) -> TestRun``."""
+    """(passes on the reference, mutants caught) with ``run(name, source) -> TestRun``; a test that
+    fails on the reference catches nothing (the question scores 0 whatever it does on the rest)."""
     ref = run(NAME, REFERENCE)
     passes = ref.passed and ref.calls >= 1
     caught = set()
@@ -127,7 +310,7 @@ def verdicts(run: callable) -> tuple[bool, set[str]]:
         result = run(NAME, source)
         if not result.passed and result.calls >= 1:
             caught.add(mistake)
-    return passes, caught
+    return passes, caught if passes else set()
 
 
 def local_test(cell: str):
@@ -141,7 +324,10 @@ def test_local_verdicts(kind):
     cell, passes, caught = STUDENT_TESTS[kind]
     test = local_test(cell)
     got = verdicts(lambda name, source: run_student_test(test, name, source))
-    assert got == (passes, caught if passes else got[1])
+    if passes is None:
+        assert scores_nothing(*got), got
+    else:
+        assert got == (passes, caught if passes else set())
 
 
 def test_the_checks_score_an_honest_test_and_nothing_for_an_empty_or_failing_one():
@@ -252,9 +438,12 @@ def test_the_sandbox_gives_the_same_verdicts(worker, kind):
             return runs[-1]
 
         got = verdicts(run)
-        if kind != "loops forever":  # locally, an endless test runs as long as the student lets it
-            assert got == verdicts(lambda n, s: run_student_test(local_test(cell), n, s))
-        assert got == (passes, caught if passes else got[1])
+        # locally, an endless test runs as long as the student lets it
+        local = verdicts(lambda n, s: run_student_test(local_test(cell), n, s)) if kind != "loops forever" else got
+        if passes is None:
+            assert scores_nothing(*got) and scores_nothing(*local), (got, local)
+        else:
+            assert got == local == (passes, caught if passes else set())
         for r in runs:  # what comes back: pass/fail, the number of calls, a bounded message
             assert isinstance(r.calls, int) and len(r.error) <= 2000
             assert SECRET not in r.error
@@ -324,3 +513,87 @@ def test_a_test_that_swallows_the_time_limit_is_stopped_once(worker):
             check_test_catches(proxy, NAME, MUTANTS["a float mask"], "a float mask", reference=REFERENCE)
     finally:
         session.close()
+
+
+# -- a whole class: hw02's test-writing question (q5) in the class grader ------------------------
+
+HW02_HONEST = (
+    "def _expected(n, m):\n"
+    "    return torch.tensor([[j <= i for j in range(m)] for i in range(n)], dtype=torch.bool)\n"
+    "def test_causal_keep_mask(candidate):\n"
+    "    for n, m in [(1, 1), (3, 3), (2, 5), (5, 2)]:\n"
+    "        got = candidate(n, m)\n"
+    "        assert got.dtype == torch.bool and torch.equal(got, _expected(n, m))\n"
+)
+#: hw02's q5 answered by each test (None: the master's own), in a notebook otherwise the solutions;
+#: "(honest)" ones score full, the others 0 on q5, in every grader (tests/check_otter.py compares)
+HW02_TESTS = {
+    "solutions": None,
+    "ipytest cell (honest)": "%%ipytest\n" + HW02_HONEST,
+    "fixture, parametrize and pytest.approx (honest)": (
+        "import pytest\n"
+        "@pytest.fixture\n"
+        "def sizes():\n"
+        "    return [(1, 1), (3, 3), (2, 5), (5, 2)]\n"
+        + HW02_HONEST.replace(
+            "def test_causal_keep_mask", "@pytest.mark.parametrize('k', [0])\ndef test_causal_keep_mask"
+        )
+        + "    assert float(candidate(3, 3).sum()) == pytest.approx(6.0)\n"
+    ),
+    **{name: cell for name, (cell, _passes, _caught) in ATTACKS.items()},
+}
+
+
+def hw02_notebooks() -> dict[str, dict]:
+    """hw02's solutions with q5's test replaced by each of HW02_TESTS."""
+    from attngrade.build.master import cell_source
+
+    from ..homework_support import homework
+    from ..submissions import submission_with
+
+    hw = homework("hw02")
+    notebooks = {}
+    for label, cell in HW02_TESTS.items():
+        nb = submission_with(hw, {})
+        if cell is not None:
+            target = next(c for c in nb["cells"] if "def test_causal_keep_mask(" in cell_source(c))
+            target["source"] = cell
+        notebooks[label] = nb
+    return notebooks
+
+
+@pytest.fixture(scope="module")
+def hw02_class(tmp_path_factory):
+    if SANDBOX_REASON is not None:
+        pytest.skip(SANDBOX_REASON)
+    import json
+    import time
+
+    from attngrade.grading.grader import Grader
+
+    from ..homework_support import homework
+
+    hw = homework("hw02")
+    folder = tmp_path_factory.mktemp("hw02-tests") / "class"
+    folder.mkdir()
+    files = {}
+    for k, (label, nb) in enumerate(hw02_notebooks().items()):
+        files[label] = f"student{k:02d}"
+        (folder / f"student{k:02d}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    start = time.perf_counter()
+    with Grader(hw, jobs=2, hide=[folder]) as grader:
+        results = grader.grade_paths(sorted(folder.iterdir()))
+    seconds = time.perf_counter() - start
+    by_name = {r.submission: r for r in results}
+    return {label: by_name[stem] for label, stem in files.items()}, seconds
+
+
+@pytest.mark.parametrize("label", list(HW02_TESTS))
+def test_the_class_grader_scores_a_test_by_what_it_knows(label, hw02_class):
+    results, _seconds = hw02_class
+    full = {q.name: q.possible for q in results["solutions"].questions}
+    result = results[label]
+    got = {q.name: q.score for q in result.questions}
+    detail = [f"{q.name}/{c.name}: {c.message[:200]}" for q in result.questions for c in q.cases if not c.passed]
+    expected = dict(full) if label in ("solutions",) or "(honest)" in label else {**full, "q5": 0}
+    assert got == expected, detail

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import queue
+import re
 import shutil
 import sys
 import tempfile
@@ -69,6 +70,33 @@ def run_case(case: TestCaseSpec, session: Session) -> tuple[bool, str]:
     return True, case.success_message or "passed"
 
 
+#: the first cell of every student notebook ``otter assign`` writes: ``grader = otter.Notebook("hw02.ipynb")``
+_OTTER_NOTEBOOK = re.compile(r"""\botter\.Notebook\(\s*(?:nb_path\s*=\s*)?(['"])([^'"\n]{1,200})\1""")
+
+
+def recorded_assignment(cells: Sequence[str]) -> str | None:
+    """The homework a notebook was handed out as: the name its otter cell records
+    (``otter.Notebook("hw02.ipynb")`` gives ``hw02``), or None when no cell records one."""
+    for cell in cells:
+        found = _OTTER_NOTEBOOK.search(cell)
+        if found:
+            name = found.group(2).replace("\\", "/").rsplit("/", 1)[-1]
+            return name[: -len(".ipynb")] if name.endswith(".ipynb") else name
+    return None
+
+
+def wrong_homework(cells: Sequence[str], homework: str) -> str | None:
+    """Why a notebook looks handed in for another homework than ``homework`` (None if it does not)."""
+    recorded = recorded_assignment(cells)
+    if recorded is None or recorded == homework:
+        return None
+    return (
+        f"wrong homework? this notebook was handed out as {recorded!r} (its cell "
+        f"otter.Notebook({recorded + '.ipynb'!r})) but is graded as {homework!r}: its score is for "
+        f"{homework}'s questions"
+    )
+
+
 def grade_cells(
     cells: list[str],
     questions: Sequence[Question],
@@ -88,6 +116,9 @@ def grade_cells(
     if static_checks:
         findings = static.analyze(cells, homework.forbidden, {q.name: q.functions for q in questions})
         result.review = list(dict.fromkeys(r for reasons in findings.values() for r in reasons))
+    mismatch = wrong_homework(cells, homework.name)
+    if mismatch:  # a review row whatever the static reading says (the score stays what the tests give)
+        result.review.insert(0, mismatch)
     session = Session(worker, cells, limits=limits or homework.limits)
     try:
         session.start()

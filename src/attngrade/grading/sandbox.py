@@ -20,6 +20,7 @@ student code ran). The grader retries the latter once and then marks the row ``s
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import secrets
@@ -32,7 +33,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..sandboxed import protocol
+from ..sandboxed import candidates, protocol
 from ..sandboxed.integrity import forbidden_what
 from .view import MOUNT, View, bwrap_arguments, instructor_paths
 
@@ -308,6 +309,7 @@ class Session:
         self._kinds: dict[str, str] = {}
         self._values: dict[str, Any] = {}
         self._test_runs: dict[tuple[str, str, str], dict[str, Any]] = {}  # run_test's answers
+        self._key = b""  # the key of the running child (start)
 
     def _left(self) -> float:
         return self.deadline - time.monotonic()
@@ -351,6 +353,9 @@ class Session:
         self.starts += 1
         self.sock = self.worker.spawn(self._job())
         try:
+            # the key that seals test-writing questions' candidates (candidates.seal), before any cell runs
+            self._key = os.urandom(candidates.KEY_BYTES)
+            self.sock.sendall(self._key)
             protocol.send_value(self.sock, {"op": "run", "cells": self.cells})
             budget = min(self._left(), float(self.limits["exec_timeout"]))
             reply = protocol.recv_value(self.sock, deadline=time.monotonic() + budget, as_torch=False)
@@ -452,9 +457,11 @@ class Session:
 
     def run_test(self, name: str, candidate_name: str, candidate_source: str) -> dict[str, Any]:
         """Run the student's test ``name`` on a candidate implementation (a test-writing question):
-        the sandbox compiles ``candidate_source``, which defines ``candidate_name``, and calls the
-        test with it (:func:`attngrade.sandboxed.worker.serve`, ``run_test``), under the guard and
-        the time limit of any call.
+        the source of ``candidate_name`` goes sealed under this child's key to the sandbox's
+        candidate server, which compiles it in a process of its own and runs the test on a proxy in
+        a fresh process that executes the notebook's cells first
+        (:func:`attngrade.sandboxed.worker._run_test`), under the guard and the time limit of any
+        call; only its signed verdict counts.
 
         Returns ``{"passed", "calls", "error", "forbidden"}`` as plain data, computed once per
         submission for each test and candidate. A test that ends its process or runs out of time
@@ -464,16 +471,58 @@ class Session:
         key = (name, candidate_name, candidate_source)
         if key in self._test_runs:  # each hidden test checks the reference again: once is enough
             return dict(self._test_runs[key])
-        request = {"op": "run_test", "name": name, "candidate": {"name": candidate_name, "source": candidate_source}}
+        if self.sock is None and not self.start():
+            raise SandboxError(f"could not be run: {self.broken}")
+        # sealed: only the candidate server the sandbox forked before the first cell can read it, and
+        # only its signed verdict counts (see attngrade.sandboxed.candidates)
+        # a run executes the notebook's cells again, in a fresh process, then the test
+        nonce = os.urandom(16)
+        lim = self.limits
+        seconds = float(lim["exec_timeout"]) + float(lim["call_timeout"]) * float(lim["wall_factor"])
+        test_seconds = float(lim["call_timeout"]) * float(lim["wall_factor"])
+        spec = {
+            "name": candidate_name,
+            "source": candidate_source,
+            "seconds": seconds,
+            "test_seconds": test_seconds,
+            "test": name,
+        }
+        request = {
+            "op": "run_test",
+            "name": name,
+            "seconds": seconds,
+            "nonce": nonce.hex(),
+            "sealed": candidates.seal(self._key, nonce, json.dumps(spec).encode()),
+        }
         try:
-            reply = self._request(request, self._call_deadline())
+            reply = self._request(request, seconds + float(lim["call_grace"]) + 4 * candidates.GRACE)
         except SandboxError as exc:  # remembered too: a test that hangs costs its time once
             self._test_runs[key] = {"passed": False, "calls": 0, "error": f"the test {exc}", "forbidden": []}
             return dict(self._test_runs[key])
         if not isinstance(reply, dict) or "ok" not in reply:
             raise SandboxError("the sandbox answered a test run with nonsense")
-        if reply.get("candidate_error"):
-            raise ValueError(f"candidate `{candidate_name}`: {str(reply.get('error', ''))[:2000]}")
+        signed = reply.get("signed")
+        verdict: dict[str, Any] | None = None
+        if isinstance(signed, dict) and isinstance(signed.get("payload"), str) and isinstance(signed.get("mac"), str):
+            payload = signed["payload"].encode()
+            if hmac.compare_digest(signed["mac"], candidates.sign(self._key, nonce, payload)):
+                try:
+                    verdict = json.loads(payload)
+                except ValueError:
+                    verdict = None
+        if not isinstance(verdict, dict):  # unsigned: a failure that caught nothing
+            error = str(reply.get("error") or "the test could not be run")[:2000]
+            self._test_runs[key] = {"passed": False, "calls": 0, "error": error, "forbidden": []}
+            return dict(self._test_runs[key])
+        if verdict.get("candidate_error"):
+            raise ValueError(f"candidate `{candidate_name}`: {str(verdict['candidate_error'])[:2000]}")
+        reply = {
+            "ok": verdict.get("passed") is True,
+            "error": verdict.get("error") or verdict.get("refused") or "",
+            "calls": verdict.get("calls"),
+            "forbidden": verdict.get("forbidden"),
+            "tampered": verdict.get("tampered"),
+        }
         tampered = reply.get("tampered")
         if isinstance(tampered, list):
             for t in tampered[:3]:

@@ -7,8 +7,10 @@ it started as root, and then serves jobs on its control socket, strictly one at 
 
 1. a job arrives with one end of a fresh socket pair (SCM_RIGHTS) and the sandbox limits;
 2. the worker forks a child, which closes the control socket, applies the limits, receives the
-   notebook's code cells on its own socket, executes them and answers the grader's ``lookup``,
-   ``call`` and ``run_test`` requests (:func:`serve`) until the grader says goodbye;
+   key of test-writing questions and the notebook's code cells on its own socket, forks the
+   candidate server and test factory (:mod:`.candidates`) before any cell runs, executes the cells
+   and answers the grader's ``lookup``, ``call`` and ``run_test`` requests (:func:`serve`) until
+   the grader says goodbye;
 3. the worker waits for the child, kills every other process left in the sandbox's pid namespace,
    empties the writable folders and the System V IPC objects, and answers ``done``.
 
@@ -57,7 +59,17 @@ WARM_UPS = {
     # torch.testing.assert_close imports torch.distributed.tensor and sympy at its first call:
     # half a second, more under the guard, in every submission's child otherwise
     "assert_close": lambda torch, x: torch.testing.assert_close(x, x),
+    # homework 11's question 4 runs Triton kernels in Triton's interpreter: importing triton maps about
+    # 190 MB of address space, more than a homework's memory allowance, so it is made once, here
+    "triton": lambda torch, x: _import_triton_interpreted(),
 }
+
+
+def _import_triton_interpreted() -> None:
+    """Import triton in its interpreter (TRITON_INTERPRET must be set before triton is imported)."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
 
 
 def warm_ups(source: str) -> list[str]:
@@ -74,6 +86,20 @@ def preload(forbidden_ops: list[str], warm: Sequence[str] = ()) -> Any:
 
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
+    # no score depends on uninitialised memory: torch.empty, empty_like, new_empty, ... are filled
+    # with NaN (the largest integer for integer dtypes), so an answer that reads memory it never
+    # wrote fails the same way on every run (warn_only: an operator with no deterministic version
+    # still runs, with a warning in the notebook's output). The C++ switches that
+    # torch.use_deterministic_algorithms sets: the Python function also imports inductor's config,
+    # which imports triton, before a notebook can choose Triton's interpreter (homework 11)
+    set_algorithms = getattr(torch._C, "_set_deterministic_algorithms", None)
+    set_fill = getattr(torch._C, "_set_deterministic_fill_uninitialized_memory", None)
+    if set_algorithms is not None and set_fill is not None:
+        set_algorithms(True, warn_only=True)
+        set_fill(True)
+    else:  # pragma: no cover - a torch without them
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = True
     import matplotlib
 
     matplotlib.use("Agg")
@@ -434,7 +460,8 @@ class _Shell:
     """Stands in for IPython's ``get_ipython()``: the timing and capture magics run their code,
     the other magics and shell commands do nothing (a graded notebook needs neither)."""
 
-    RUN_BODY = {"time", "timeit", "capture", "prun", "debug"}
+    #: ``ipytest`` defines the tests of its cell (the grader runs them; pytest itself does not run here)
+    RUN_BODY = {"time", "timeit", "capture", "prun", "debug", "ipytest"}
 
     def __init__(self, namespace: dict[str, Any]):
         self.namespace = namespace
@@ -602,31 +629,72 @@ def _call(func: Any, args: list, kwargs: dict, guard: Any, call_timeout: float) 
     return reply
 
 
-def _run_test(namespace: dict[str, Any], request: dict[str, Any], guard: Any, call_timeout: float) -> dict[str, Any]:
+def _run_test(
+    namespace: dict[str, Any], request: dict[str, Any], guard: Any, call_timeout: float, server: Any
+) -> dict[str, Any]:
     """Run the student's test ``request["name"]`` on the candidate implementation the request
-    carries as source (a test-writing question): compile it here (:mod:`.candidates`), count its
-    calls, and call the test with it through :func:`_call` (the same guard and time limit as any
-    call). The reply says only whether the test passed, why not, and how often it called the
-    function."""
-    test = namespace.get(str(request.get("name")))
-    spec = request.get("candidate")
-    if not isinstance(spec, dict):
-        return {"ok": False, "error": "the request names no candidate", "calls": 0, "candidate_error": True}
-    if not callable(test):
+    carries, sealed by the grader (a test-writing question). This process only passes the sealed
+    request on: the candidate server (forked before the notebook's first cell ran,
+    :mod:`.candidates`) compiles the candidate in a process of its own, and runs the test in another
+    fresh process that executes the notebook's cells first (:func:`_test_in_fresh_notebook`), so that
+    nothing this process holds or learns, whatever its cells patched, reaches a run. The reply
+    carries the server's signed verdict (pass or fail, why not, how often the candidate was
+    called), which this process can neither read nor forge."""
+    nonce, sealed = request.get("nonce"), request.get("sealed")
+    if not isinstance(nonce, str) or not isinstance(sealed, str) or server is None:
+        return {"ok": False, "error": "the request names no candidate", "calls": 0}
+    if not callable(namespace.get(str(request.get("name")))):
         return {"ok": False, "error": f"`{request.get('name')}` is not defined as a function", "calls": 0}
+    deadline = time.monotonic() + float(request.get("seconds") or call_timeout * WALL_FACTOR) + 4 * candidates.GRACE
+    _end_strays()
     try:
-        candidate, calls = candidates.prepare(str(spec.get("name")), str(spec.get("source")))
-    except candidates.CandidateError as exc:
-        return {"ok": False, "error": str(exc)[:2000], "calls": 0, "candidate_error": True}
-    result = _call(test, [candidate], {}, guard, call_timeout)
-    reply: dict[str, Any] = {"ok": bool(result.get("ok")), "error": str(result.get("error", "")), "calls": calls()}
-    for key in ("forbidden", "tampered"):
-        if result.get(key):
-            reply[key] = [str(item)[:200] for item in result[key]]
-    return reply
+        conn, answer = candidates.request_run(server, json.dumps({"nonce": nonce, "sealed": sealed}).encode(), deadline)
+        if conn is not None:  # the server hands connections back only where no runner is set
+            conn.close()
+            answer = candidates.receive_verdict(server, deadline)
+    except (OSError, ValueError, TimeoutError) as exc:
+        return {"ok": False, "error": f"the test could not be run ({describe(exc)})", "calls": 0}
+    finally:
+        _end_strays()
+    return {"ok": False, "signed": answer}
 
 
-def serve(sock: socket.socket, namespace: dict[str, Any], call_timeout: float, guard: Any) -> None:
+def _test_in_fresh_notebook(
+    conn: socket.socket, order: dict[str, Any], cells: list[str], guard: Any, cell_timeout: float, call_timeout: float
+) -> None:
+    """A run of a student's test, in a fresh process forked by the test factory (already cut off by
+    :func:`.candidates.isolate_test_process`): execute the notebook's cells, as the submission's own
+    process did, then run the test ``order["test"]`` on the proxy at ``conn``."""
+    namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+    install_stubs(namespace)
+    execute_cells(cells, namespace, cell_timeout)
+    try:  # the factory gives the test its own time limit from now on
+        os.write(int(order["ready"]), b"1")
+        os.close(int(order["ready"]))
+    except (KeyError, OSError, TypeError, ValueError):
+        pass
+    name = str(order.get("test"))
+    candidates.run_test_here(namespace.get(name), conn, name, guard, call_timeout, WALL_FACTOR)
+
+
+_SERVER_PIDS: set[int] = set()  # the candidate server's and the test factory's pids, in a submission's child
+
+
+def _end_strays() -> None:
+    """Kill every process of the notebook's but this one and the candidate server (what a cell or a
+    test left running could carry from one run of a test to the next)."""
+    if not SANDBOXED:
+        return
+    keep = {os.getpid(), os.getppid(), 1, *_SERVER_PIDS}
+    for pid in _other_pids():
+        if pid not in keep:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def serve(sock: socket.socket, namespace: dict[str, Any], call_timeout: float, guard: Any, server: Any = None) -> None:
     """Answer lookup and call requests until the grader says goodbye or closes the socket."""
     while True:
         try:
@@ -648,7 +716,7 @@ def serve(sock: socket.socket, namespace: dict[str, Any], call_timeout: float, g
             func = namespace.get(str(request.get("name")))
             reply = _call(func, list(request.get("args", [])), dict(request.get("kwargs", {})), guard, call_timeout)
         elif op == "run_test":
-            reply = _run_test(namespace, request, guard, call_timeout)
+            reply = _run_test(namespace, request, guard, call_timeout, server)
         else:
             reply = {"ok": False, "error": f"unknown request {op!r}"}
         try:
@@ -690,13 +758,34 @@ def child_main(sock: socket.socket, job: dict[str, Any], guard: Any) -> None:
             drop_privileges(CHILD_UID)
         _prctl(_PR_SET_NO_NEW_PRIVS, 1)
 
+        # the key the grader seals candidates and verdicts with: received straight into this buffer,
+        # kept by the candidate server forked below (with the cells, before any of them runs), then
+        # wiped here
+        key = bytearray(candidates.KEY_BYTES)
+        view, got = memoryview(key), 0
+        while got < len(key):
+            n = sock.recv_into(view[got:])
+            if not n:
+                raise EOFError("no key")
+            got += n
         request = protocol.recv_value(sock, as_torch=False)
         cells = [str(c) for c in request["cells"]]
+        cell_timeout, call_timeout = float(job.get("cell_timeout", 10.0)), float(job.get("call_timeout", 10.0))
+
+        def runner(conn: socket.socket, order: dict[str, Any]) -> None:
+            _test_in_fresh_notebook(conn, order, cells, guard, cell_timeout, call_timeout)
+
+        # outside a sandbox (--unsafe-no-sandbox) nothing but the child's own folder is cleaned
+        watched = list(WRITABLE) if SANDBOXED else [_workdir()]
+        server, server_pids = candidates.start_server(key, runner, watched, stop_others=SANDBOXED)
+        key[:] = bytes(len(key))
+        del view, key
+        _SERVER_PIDS.update(server_pids)
         namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         install_stubs(namespace)
         errors = execute_cells(cells, namespace, float(job.get("cell_timeout", 10.0)))
         protocol.send_value(sock, {"op": "executed", "errors": errors})
-        serve(sock, namespace, float(job.get("call_timeout", 10.0)), guard)
+        serve(sock, namespace, float(job.get("call_timeout", 10.0)), guard, server)
     except BaseException:
         code = 1
     finally:
