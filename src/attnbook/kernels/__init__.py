@@ -6,7 +6,7 @@
   :class:`FlashAttention` (a ``torch.autograd.Function``);
 * :mod:`.flash_triton`: the same as Triton kernels, and :class:`FlashAttentionTriton`; triton is
   imported only when a kernel first runs (interpreted on a CPU, compiled on CUDA);
-* :mod:`.bench_flash`: the benchmark, ``python -m attnbook.kernels.bench_flash``.
+* :mod:`.bench_flash`: the benchmark, ``python -m attnbook.lab.bench_flash``.
 
 Like :mod:`attnbook.core`, this package re-exports nothing: its public functions are re-exported
 at the top (``attnbook.flash_attention``, ``attnbook.FlashAttention``, ...), and a dotted name
