@@ -58,13 +58,13 @@ assignments: setup  ## build every homework's student version and autograder (fa
 	$(BIN)/python -m attngrade assign
 
 bench: setup  ## time attnbook against PyTorch's kernels on this machine's device (BENCH_ARGS=--quick for a smoke run)
-	$(BIN)/python -m attnbook.bench $(BENCH_ARGS)
+	$(BIN)/python -m attnbook.lab.bench $(BENCH_ARGS)
 
 release: book  ## the student-facing course in dist/course: site, package wheel/sdist, student notebooks, public source; no masters, hidden tests or mutants (RELEASE_ARGS=--out DIR)
 	$(BIN)/python -m attngrade release $(RELEASE_ARGS)
 
 bench-flash: setup  ## time FlashAttention (Triton kernels and PyTorch tiles) against PyTorch's SDPA and the plain formula, forward and forward+backward (BENCH_ARGS=--quick for a smoke run; on a GPU: n 512 to 16k, bfloat16)
-	$(BIN)/python -m attnbook.kernels.bench_flash $(BENCH_ARGS)
+	$(BIN)/python -m attnbook.lab.bench_flash $(BENCH_ARGS)
 
 # on a machine with a CUDA GPU (a short device window: at most 7.5 minutes by the steps' caps); no `setup`
 # dependency, since a device machine has its own PyTorch and Triton and cannot install (python3 without .venv)

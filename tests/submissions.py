@@ -46,7 +46,7 @@ REFERENCE_CALLS = {
     "attnbook.MultiHeadAttention": "attnbook.MultiHeadAttention(4, 2)",
     "attnbook.sinusoidal_encoding": "attnbook.sinusoidal_encoding(4, 6)",
     "attnbook.permutation_matrix": "attnbook.permutation_matrix(torch.tensor([1, 0]))",
-    "attnbook.interpretability.composition_score": "attnbook.interpretability.composition_score(torch.eye(2), torch.eye(2))",
+    "attnbook.models.interpretability.composition_score": "attnbook.models.interpretability.composition_score(torch.eye(2), torch.eye(2))",
 }
 
 

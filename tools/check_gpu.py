@@ -7,7 +7,7 @@ On a machine with a CUDA GPU it runs, one after another, each as its own process
 2. chapters 8 and 11 on CUDA, with Triton compiled (``TRITON_INTERPRET`` unset): their code cells in
    order in one Python process, as nbval runs them (nbval is not needed: the cells are read from the
    MyST source here); chapter 11 must say that its kernels ran compiled;
-3. the benchmark, ``python -m attnbook.kernels.bench_flash --check`` in bfloat16 at the sizes of
+3. the benchmark, ``python -m attnbook.lab.bench_flash --check`` in bfloat16 at the sizes of
    chapter 11's table (exit status 1 when a target is missed);
 
 then prints each step's status and time, and the table chapter 11 wants (GPU, versions of PyTorch,
@@ -100,7 +100,7 @@ def steps(python: str, json_path: str) -> list[Step]:
         Step(
             "bench",
             "bench-flash --check",
-            [python, "-m", "attnbook.kernels.bench_flash", *BENCH_ARGS, "--json", json_path],
+            [python, "-m", "attnbook.lab.bench_flash", *BENCH_ARGS, "--json", json_path],
             150,
         ),
     ]

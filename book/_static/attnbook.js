@@ -3,7 +3,7 @@
    Figures: each figure (a matplotlib PNG) becomes a link to the image at full size, and is shown
    at least as large as its smallest text needs to read at 9.5 CSS pixels; on a phone, a figure
    that would otherwise shrink below that scrolls sideways inside its own box. The size of the
-   smallest text is the one the chapter recorded in the PNG (attnbook.plotting.record_figure_text,
+   smallest text is the one the chapter recorded in the PNG (attnbook.figures.style.record_figure_text,
    text chunk "attnbook:min-text-px", in pixels of the PNG).
 
    Scrolling boxes (wide formulas, theorem boxes) can be reached with the keyboard, and two

@@ -20,15 +20,16 @@ The validators:
 
 * :func:`check_shapes`: tensors, their dtypes (floating, boolean or any), one dtype and one
   device for all, the number of dimensions, the sizes that must agree, broadcastable batches;
-* :func:`check_attention_inputs`: ``(query, key, value, mask)`` of attention and its siblings;
-* :func:`check_mask`: an attention mask (boolean keep-mask or additive float mask) against the
-  score shape (it only checks; :mod:`attnbook.core.masks` converts and applies masks);
 * :func:`check_sizes`, :func:`check_divisible`, :func:`check_index`: counts, widths and indices (ints);
 * :func:`check_number`, :func:`check_reals`, :func:`check_dtype`, :func:`check_type`,
   :func:`check_one_of`, :func:`check_values`: other arguments;
 * :func:`check_lengths`, :func:`check_permutation`: lists of indices;
-* :func:`check_formal_heads`: the heads of :func:`attnbook.formal.mh_attention`;
-* :func:`skip_checks`: switch the validators off for the calls inside a block.
+* :func:`check_formal_heads`: the heads of :func:`attnbook.core.formal.mh_attention`;
+* :func:`skip_checks`: switch the validators off for the calls inside a block (:func:`checks_skipped`
+  says whether they are off, for checks written elsewhere).
+
+Checking a mask is :func:`attnbook.core.masks.check_mask` (masks have one home), and checking the
+inputs of attention :func:`attnbook.core.attention.check_attention_inputs`.
 
 ``check_tensor``, ``check_floating``, ``check_ndim``, ``check_same_dtype_device`` and
 ``broadcast_batch`` are the pieces :func:`check_shapes` is made of, for checks it does not cover.
@@ -45,8 +46,6 @@ import torch
 
 __all__ = [
     "check_shapes",
-    "check_attention_inputs",
-    "check_mask",
     "check_sizes",
     "check_divisible",
     "check_index",
@@ -60,6 +59,7 @@ __all__ = [
     "check_permutation",
     "check_formal_heads",
     "skip_checks",
+    "checks_skipped",
     # the pieces of check_shapes
     "check_tensor",
     "check_floating",
@@ -72,8 +72,8 @@ _SKIPPING = contextvars.ContextVar("attnbook_skip_checks", default=False)
 
 
 class skip_checks:
-    """``with skip_checks():`` the tensor validators (:func:`check_shapes`, :func:`check_mask`,
-    :func:`check_attention_inputs`) do nothing inside the block (in this thread or task).
+    """``with skip_checks():`` the tensor validators (:func:`check_shapes`,
+    :func:`attnbook.core.masks.check_mask`, :func:`attnbook.core.attention.check_attention_inputs`) do nothing inside the block (in this thread or task).
 
     For a public function that has checked its own inputs and then calls other public functions
     on tensors it computed from them, whose shapes are right by construction.
@@ -84,6 +84,11 @@ class skip_checks:
 
     def __exit__(self, *exc: object) -> None:
         _SKIPPING.reset(self._token)
+
+
+def checks_skipped() -> bool:
+    """Whether the calls now running are inside :func:`skip_checks` (in this thread or task)."""
+    return _SKIPPING.get()
 
 
 # ---------------------------------------------------------------- the pieces
@@ -263,83 +268,6 @@ def _size_error(label, factors, expected, name, x, spec, source, tensors) -> Non
 # ---------------------------------------------------------------- masks and attention
 
 
-def _broadcasts_into(shape: Sequence[int], target: Sequence[int]) -> bool:
-    """Whether ``shape`` broadcasts to ``target`` without enlarging it (each axis equal or 1)."""
-    return len(shape) <= len(target) and all(a == b or a == 1 for a, b in zip(reversed(shape), reversed(target)))
-
-
-def check_mask(mask: object, target: Sequence[int] | dict[str, Sequence[int]], device: torch.device) -> None:
-    """Check an attention mask against the score shape (it only checks: converting the mask to the
-    scores' dtype and applying it is :mod:`attnbook.core.masks`' job).
-
-    A mask is boolean (True = may attend) or floating (added to the scores, in any floating
-    dtype: :func:`attnbook.core.masks.mask_like_scores` casts it to theirs), on ``device``. It must broadcast to the
-    score shape ``target`` = (..., n, m) without enlarging it. ``target`` may instead map layouts
-    to shapes, one per number of dimensions, e.g. ``{"(n, m)": (4, 6), "(batch, heads, n, m)":
-    (2, 8, 4, 6)}``: the mask is read in the layout of its number of dimensions.
-    """
-    if _SKIPPING.get():
-        return
-    check_tensor("mask", mask)
-    if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise TypeError(
-            f"mask must be boolean (True = may attend) or floating (added to the scores), got {mask.dtype}; "
-            f"convert a {{0,1}} mask with mask.bool()"
-        )
-    if mask.device != device:
-        raise ValueError(f"mask is on {mask.device} but the inputs are on {device}")
-    if isinstance(target, dict):
-        layouts = {len(shape): (layout, tuple(shape)) for layout, shape in target.items()}
-        if mask.ndim not in layouts:
-            counts = ", ".join(map(str, list(layouts)[:-1])) + f" or {list(layouts)[-1]}"
-            names = ", ".join(layout for layout, _ in list(layouts.values())[:-1])
-            last, shape = list(layouts.values())[-1]
-            raise ValueError(
-                f"mask must have {counts} dimensions, {names} or {last} = {shape}, got shape {tuple(mask.shape)}"
-            )
-        layout, target = layouts[mask.ndim]
-    else:
-        layout, target = "(..., n, m)", tuple(target)
-    if not _broadcasts_into(mask.shape, target):
-        raise ValueError(
-            f"mask of shape {tuple(mask.shape)} does not broadcast to the score shape {target} without "
-            f"enlarging it (it is read as {layout} = {target}, n queries by m keys; size-1 axes broadcast)"
-        )
-
-
-def _attention_inputs_agree(query: object, key: object, value: object) -> bool:
-    """The usual case of :func:`check_attention_inputs`, decided in a few attribute reads (attention
-    is called in loops, where a full :func:`check_shapes` costs as much as a small kernel's
-    launch): three floating tensors of one dtype on one device, each at least 2-D, with query and
-    key sharing d_k and key and value sharing m. Batch broadcasting is checked by the caller."""
-    return (
-        isinstance(query, torch.Tensor)
-        and isinstance(key, torch.Tensor)
-        and isinstance(value, torch.Tensor)
-        and query.dtype == key.dtype == value.dtype
-        and query.is_floating_point()
-        and query.device == key.device == value.device
-        and min(query.ndim, key.ndim, value.ndim) >= 2
-        and query.shape[-1] == key.shape[-1]
-        and key.shape[-2] == value.shape[-2]
-    )
-
-
-def check_attention_inputs(query: object, key: object, value: object, mask: object = None) -> torch.Size:
-    """Check the inputs of attention (query (..., n, d_k), key (..., m, d_k), value (..., m, d_v),
-    mask broadcastable to (..., n, m), see :func:`check_mask`); return the score shape (..., n, m)."""
-    if not _attention_inputs_agree(query, key, value):
-        # something is wrong: check_shapes finds what, and says it
-        check_shapes(query=(query, "(..., n, d_k)"), key=(key, "(..., m, d_k)"), value=(value, "(..., m, d_v)"))
-    batch = query.shape[:-2]
-    if not batch == key.shape[:-2] == value.shape[:-2]:
-        batch = broadcast_batch(query=batch, key=key.shape[:-2], value=value.shape[:-2])
-    score_shape = torch.Size((*batch, query.shape[-2], key.shape[-2]))
-    if mask is not None:
-        check_mask(mask, score_shape, query.device)
-    return score_shape
-
-
 # ---------------------------------------------------------------- other arguments
 
 
@@ -464,10 +392,10 @@ def check_permutation(perm: object) -> None:
 
 
 def check_formal_heads(heads: Sequence[Sequence[object]], W_o: object, b_o: object) -> None:
-    """Check the heads of :func:`attnbook.formal.mh_attention`: H >= 1 tuples (W_q, b_q, W_k, b_k, W_v,
+    """Check the heads of :func:`attnbook.core.formal.mh_attention`: H >= 1 tuples (W_q, b_q, W_k, b_k, W_v,
     b_v), whose W_v (d_mid_h, d_z) gives the value width of head h; W_o either the list of the H
     blocks (d_out, d_mid_h) or their concatenation (d_out, sum of d_mid_h); b_o (d_out,). (Each
-    head's own weights are checked by :func:`attnbook.formal.attention`.)"""
+    head's own weights are checked by :func:`attnbook.core.formal.attention`.)"""
     if not heads:
         raise ValueError("heads must hold at least one (W_q, b_q, W_k, b_k, W_v, b_v) tuple")
     for h, params in enumerate(heads):

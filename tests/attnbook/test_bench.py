@@ -9,7 +9,7 @@ import torch
 from torch.testing import assert_close
 
 from attnbook import attention, causal_mask
-from attnbook.bench import Row, attention_rows, format_table, parse_dtypes, plain_attention, time_interleaved
+from attnbook.lab.bench import Row, attention_rows, format_table, parse_dtypes, plain_attention, time_interleaved
 
 from ..conftest import tolerances
 

@@ -11,8 +11,8 @@ import sys
 import pytest
 import torch
 
-from attnbook.kernels import bench_flash
-from attnbook.kernels.bench_flash import IMPLEMENTATIONS, Row, format_table
+from attnbook.lab import bench_flash
+from attnbook.lab.bench_flash import IMPLEMENTATIONS, Row, format_table
 from tests.paths import ROOT
 
 CHECK_GPU = ROOT / "tools" / "check_gpu.py"
@@ -99,7 +99,7 @@ def test_check_gpu_dry_run_lists_the_steps():
     assert "tests/attnbook/test_margins.py" not in lines[0]  # no device tests (and it needs nbformat)
     assert "--run-chapter book/08_efficient_attention.md" in lines[1]
     assert "--run-chapter book/11_attention_as_a_kernel.md" in lines[2]
-    assert "attnbook.kernels.bench_flash --check" in lines[3] and "--json" in lines[3]
+    assert "attnbook.lab.bench_flash --check" in lines[3] and "--json" in lines[3]
     caps = [int(line.split("at most ")[1].split(" s")[0]) for line in lines]
     assert sum(caps) <= 8 * 60  # the device window
 

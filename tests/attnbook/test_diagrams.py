@@ -1,4 +1,4 @@
-"""The diagrams of the mechanism (attnbook.diagrams): style, single query, matrix form, masks."""
+"""The diagrams of the mechanism (attnbook.figures): style, single query, matrix form, masks."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 import attnbook  # noqa: E402
-from attnbook.diagrams import style  # noqa: E402
-from attnbook.diagrams.masks import default_masks, draw_masks  # noqa: E402
-from attnbook.diagrams.matrix_form import draw_matrix_form  # noqa: E402
-from attnbook.diagrams.single_query import draw_single_query  # noqa: E402
+from attnbook.figures import style  # noqa: E402
+from attnbook.figures.masks import default_masks, draw_masks  # noqa: E402
+from attnbook.figures.matrix_form import draw_matrix_form  # noqa: E402
+from attnbook.figures.single_query import draw_single_query  # noqa: E402
 
 from ..figures import close_figures  # noqa: E402, F401  (autouse)
 from ..paths import BOOK  # noqa: E402
@@ -241,7 +241,7 @@ def test_chapter_diagrams_have_alt_text_and_a_caption(chapter):
         assert "plt.show()" in cell.source
 
 
-# the plotting helper for masks (attnbook.plotting.mask_heatmap)
+# the plotting helper for masks (attnbook.figures.plotting.mask_heatmap)
 
 
 def test_mask_heatmap_marks_allowed_cells_with_ones():

@@ -1,4 +1,4 @@
-"""The diagrams of chapters 3 to 6 (attnbook.diagrams.heads, encoder_decoder, rotation, permutation).
+"""The diagrams of chapters 3 to 6 (attnbook.figures.heads, encoder_decoder, rotation, permutation).
 
 Each diagram is a function returning a Figure with alt text; these tests check that it draws what
 its formula says (shapes, links, points, orders computed by the package), that it rejects inputs it
@@ -22,11 +22,11 @@ from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
 
 import attnbook  # noqa: E402
-from attnbook.diagrams.encoder_decoder import draw_encoder_decoder  # noqa: E402
-from attnbook.diagrams.heads import draw_multi_head  # noqa: E402
-from attnbook.diagrams.permutation import draw_permutation, reordered  # noqa: E402
-from attnbook.diagrams.rotation import SHIFTED_FROM, draw_rotation  # noqa: E402
-from attnbook.diagrams.style import alt_text, blocks_in, labels_in  # noqa: E402
+from attnbook.figures.encoder_decoder import draw_encoder_decoder  # noqa: E402
+from attnbook.figures.heads import draw_multi_head  # noqa: E402
+from attnbook.figures.permutation import draw_permutation, reordered  # noqa: E402
+from attnbook.figures.rotation import SHIFTED_FROM, draw_rotation  # noqa: E402
+from attnbook.figures.style import alt_text, blocks_in, labels_in  # noqa: E402
 
 from ..figures import close_figures, png  # noqa: E402, F401  (close_figures: autouse)
 from ..paths import BOOK  # noqa: E402

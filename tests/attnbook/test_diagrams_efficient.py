@@ -12,9 +12,9 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from attnbook.diagrams.efficient import draw_kv_cache, draw_tiles  # noqa: E402
-from attnbook.diagrams.style import alt_text, blocks_in, labels_in  # noqa: E402
 from attnbook.efficient.tiled_attention import attention_tiles  # noqa: E402
+from attnbook.figures.efficient import draw_kv_cache, draw_tiles  # noqa: E402
+from attnbook.figures.style import alt_text, blocks_in, labels_in  # noqa: E402
 
 from ..figures import close_figures  # noqa: E402, F401  (autouse)
 

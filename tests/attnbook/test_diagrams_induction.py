@@ -1,4 +1,4 @@
-"""The diagram of chapter 10 (attnbook.diagrams.induction): the induction circuit.
+"""The diagram of chapter 10 (attnbook.figures.induction): the induction circuit.
 
 It is a function returning a Figure with alt text; these tests check that it draws the circuit's
 parts (the tokens A, B, ..., A in order, the two heads, the prediction), that it renders on a
@@ -16,8 +16,8 @@ import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
 
-from attnbook.diagrams.induction import TOKENS, draw_induction_circuit  # noqa: E402
-from attnbook.diagrams.style import alt_text, labels_in  # noqa: E402
+from attnbook.figures.induction import TOKENS, draw_induction_circuit  # noqa: E402
+from attnbook.figures.style import alt_text, labels_in  # noqa: E402
 
 from ..figures import close_figures, png  # noqa: E402, F401  (close_figures: autouse)
 from ..paths import BOOK  # noqa: E402

@@ -1,4 +1,4 @@
-"""The diagram of chapter 11 (attnbook.diagrams.kernel): the loop orders of the forward and backward kernels.
+"""The diagram of chapter 11 (attnbook.figures.kernel): the loop orders of the forward and backward kernels.
 
 It is a function returning a Figure with alt text; these tests check that it draws what the code
 does (the T(T - 1)/2 tiles skipped under the causal mask, the forward's outer
@@ -17,8 +17,8 @@ import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import FancyBboxPatch, Rectangle  # noqa: E402
 
-from attnbook.diagrams.kernel import MEMORY, draw_kernel_loops  # noqa: E402
-from attnbook.diagrams.style import alt_text, blocks_in, labels_in  # noqa: E402
+from attnbook.figures.kernel import MEMORY, draw_kernel_loops  # noqa: E402
+from attnbook.figures.style import alt_text, blocks_in, labels_in  # noqa: E402
 
 from ..figures import close_figures, png  # noqa: E402, F401  (close_figures: autouse)
 from ..paths import BOOK  # noqa: E402

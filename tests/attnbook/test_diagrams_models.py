@@ -1,4 +1,4 @@
-"""The diagram of chapter 7 (attnbook.diagrams.models): the models' pipeline and their training loop.
+"""The diagram of chapter 7 (attnbook.figures.models): the models' pipeline and their training loop.
 
 The diagram is a function returning a Figure with alt text; these tests check that it draws what the
 models do (the parts and their order, the optional parts dashed, the weights' patterns), that it
@@ -20,17 +20,13 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Circle, FancyBboxPatch, Rectangle  # noqa: E402
 from torch import nn  # noqa: E402
 
-from attnbook.diagrams.models import ALIGNMENT, draw_attention_model  # noqa: E402
-from attnbook.diagrams.style import alt_text, labels_in  # noqa: E402
-from attnbook.models import (  # noqa: E402
-    DecoderBlock,
-    EncoderBlock,
-    EncoderDecoder,
-    EncoderDecoderConfig,
-    SequenceModel,
-    SequenceModelConfig,
-)
-from attnbook.tasks import Translation  # noqa: E402
+from attnbook.figures.models import ALIGNMENT, draw_attention_model  # noqa: E402
+from attnbook.figures.style import alt_text, labels_in  # noqa: E402
+from attnbook.models.blocks import DecoderBlock, EncoderBlock  # noqa: E402
+from attnbook.models.configs import EncoderDecoderConfig, SequenceModelConfig  # noqa: E402
+from attnbook.models.encoder_decoder import EncoderDecoder  # noqa: E402
+from attnbook.models.sequence import SequenceModel  # noqa: E402
+from attnbook.models.tasks import Translation  # noqa: E402
 
 from ..figures import close_figures, png  # noqa: E402, F401  (close_figures: autouse)
 from ..paths import BOOK  # noqa: E402
@@ -143,7 +139,7 @@ def test_the_diagram_names_the_parts_of_the_package():
     labels = labels_in(draw_attention_model())
     for label in ("tokens", "logits", "$Z$", "keys and\nvalues", "AdamW step", "targets", "cross-entropy"):
         assert label in labels, label
-    assert "training: attnbook.training.train" in labels
+    assert "training: attnbook.models.training.train" in labels
     assert "encoder (EncoderDecoder only)" in labels
 
 

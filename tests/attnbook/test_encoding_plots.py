@@ -1,4 +1,4 @@
-"""The positional-encoding figure helpers of attnbook.plotting (chapter 5)."""
+"""The positional-encoding figure helpers of attnbook.figures.plotting (chapter 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""attnbook.plotting.record_figure_text: the PNG of every figure drawn after use_style() records the
+"""attnbook.figures.style.record_figure_text: the PNG of every figure drawn after use_style() records the
 size of its smallest text and every string it shows (the website's tests read them: figures legible
 on a phone, no raw TeX in a label)."""
 

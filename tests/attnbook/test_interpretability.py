@@ -1,4 +1,4 @@
-"""attnbook.interpretability (chapter 10): each quantity against its definition, on every device."""
+"""attnbook.models.interpretability (chapter 10): each quantity against its definition, on every device."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import math
 import pytest
 import torch
 
-from attnbook.interpretability import (
+from attnbook.models.configs import SequenceModelConfig
+from attnbook.models.interpretability import (
     Trace,
+    ablate_head,
     change_of_basis,
     composition_score,
     copying_score,
@@ -26,7 +28,7 @@ from attnbook.interpretability import (
     run_with_heads,
     v_composition,
 )
-from attnbook.models import SequenceModel, SequenceModelConfig, ablate_head
+from attnbook.models.sequence import SequenceModel
 
 from ..conftest import tolerances
 

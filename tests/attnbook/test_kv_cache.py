@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from attnbook import attention, causal_mask
+from attnbook.efficient.kv_cache import KVCache
 from attnbook.efficient.tiled_attention import attention_rounding_bound
-from attnbook.kv_cache import KVCache
 
 from ..conftest import tolerances
 

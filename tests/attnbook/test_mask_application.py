@@ -1,5 +1,5 @@
 """attnbook.core.masks as the one home of a mask: its dtype against the scores, its application, the
-multi-head layouts read by number of dimensions; attnbook.validators.check_mask only checks."""
+multi-head layouts read by number of dimensions; attnbook.core.masks.check_mask only checks."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from torch.testing import assert_close
 
 import attnbook
 from attnbook import MultiHeadAttention, apply_mask, causal_mask
-from attnbook.core.masks import heads_mask, mask_like_scores, restrict_mask
-from attnbook.validators import check_mask
+from attnbook.core.masks import check_mask, heads_mask, mask_like_scores, restrict_mask
 
 from ..conftest import tolerances
 
@@ -104,7 +103,7 @@ def test_multi_head_attention_and_the_models_read_a_mask_alike(device):
     """MultiHeadAttention and EncoderBlock read the mask through heads_mask: the same layouts."""
     torch.manual_seed(0)
     mha = MultiHeadAttention(8, 2, device=device, dtype=torch.float64)
-    block = attnbook.models.EncoderBlock(8, 2, mlp=False, norm=None, device=device, dtype=torch.float64)
+    block = attnbook.models.blocks.EncoderBlock(8, 2, mlp=False, norm=None, device=device, dtype=torch.float64)
     block.self_attn.load_state_dict(mha.state_dict())
     x = torch.randn(2, 4, 8, dtype=torch.float64, device=device)
     padding = attnbook.padding_mask([4, 2], device=device)[:, None, :]  # (batch, 1, m)

@@ -10,20 +10,19 @@ from torch import nn
 from torch.testing import assert_close
 
 import attnbook
-from attnbook.models import (
+from attnbook.models.blocks import (
     AttentionOnlyBlock,
     DecoderBlock,
     EncoderBlock,
-    EncoderDecoder,
-    EncoderDecoderConfig,
     FeedForward,
     ScoredAttention,
-    SequenceModel,
-    SequenceModelConfig,
-    ablate_head,
     cross_attention_module,
-    parameter_count,
 )
+from attnbook.models.configs import EncoderDecoderConfig, SequenceModelConfig
+from attnbook.models.encoder_decoder import EncoderDecoder
+from attnbook.models.interpretability import ablate_head
+from attnbook.models.sequence import SequenceModel
+from attnbook.models.training import parameter_count
 
 from ..conftest import tolerances
 
@@ -188,10 +187,8 @@ def test_scored_attention_formula(score, device):
             e = attnbook.general_scores(x, z, att.score_W[h])
         assert_close(weights[:, h], attnbook.softmax(e.masked_fill(~keep, -math.inf)))
     assert (weights.masked_select(~keep.expand_as(weights)) == 0).all()
-    values = attnbook.multi_head_attention.project_heads(v, att.v_proj.weight, att.v_proj.bias, 2)
-    expected = attnbook.multi_head_attention.concat_then_project(
-        weights @ values, att.out_proj.weight, att.out_proj.bias
-    )
+    values = attnbook.heads.multi_head.project_heads(v, att.v_proj.weight, att.v_proj.bias, 2)
+    expected = attnbook.heads.multi_head.concat_then_project(weights @ values, att.out_proj.weight, att.out_proj.bias)
     assert_close(out, expected)
     assert att(x, z, v)[1] is None
 
@@ -451,12 +448,11 @@ def test_ablate_head_removes_exactly_that_head(device):
     mha = model.blocks[0].self_attn
     x = model.embed(tokens)
     q, k, v = (
-        attnbook.multi_head_attention.project_heads(x, p.weight, p.bias, 2)
-        for p in (mha.q_proj, mha.k_proj, mha.v_proj)
+        attnbook.heads.multi_head.project_heads(x, p.weight, p.bias, 2) for p in (mha.q_proj, mha.k_proj, mha.v_proj)
     )
     heads_out, _ = attnbook.attention(q, k, v)  # (batch, heads, n, d_head)
     heads_out[:, 1] = 0  # head 1 says nothing
-    y = x + attnbook.multi_head_attention.concat_then_project(heads_out, mha.out_proj.weight, mha.out_proj.bias)
+    y = x + attnbook.heads.multi_head.concat_then_project(heads_out, mha.out_proj.weight, mha.out_proj.bias)
     assert_close(ablated(tokens)[0], model.head(y))
     assert not torch.allclose(ablated(tokens)[0], model(tokens)[0])
     assert model.blocks[0].self_attn.out_proj.weight.abs().min() > 0  # the original is untouched

@@ -10,7 +10,7 @@ from torch.testing import assert_close
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnbook import MultiHeadAttention, causal_mask, formal, keep_to_additive, keep_to_block, padding_mask
-from attnbook.multi_head_attention import (
+from attnbook.heads.multi_head import (
     concat_then_project,
     head_weights,
     merge_heads,

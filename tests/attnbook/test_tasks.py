@@ -1,11 +1,11 @@
-"""attnbook.tasks: every task's batches are what its docstring says, seeded, on the asked device."""
+"""attnbook.models.tasks: every task's batches are what its docstring says, seeded, on the asked device."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attnbook.tasks import (
+from attnbook.models.tasks import (
     IGNORE,
     AssociativeRecall,
     Batch,

@@ -1,11 +1,11 @@
-"""attnbook.tasks.RepeatedSegment (chapter 10): a segment repeated at a random offset, scored on the copy."""
+"""attnbook.models.tasks.RepeatedSegment (chapter 10): a segment repeated at a random offset, scored on the copy."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from attnbook.tasks import IGNORE, RepeatBatch, RepeatedSegment
+from attnbook.models.tasks import IGNORE, RepeatBatch, RepeatedSegment
 
 
 def _gen(seed: int = 0) -> torch.Generator:

@@ -13,7 +13,7 @@ from torch.testing import assert_close
 
 from attnbook import attention, causal_mask, padding_mask
 from attnbook.efficient.tiled_attention import attention_rounding_bound, attention_tiles, tiled_attention
-from attnbook.memory import peak_memory_bytes
+from attnbook.lab.memory import peak_memory_bytes
 
 PROPERTY = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 EXACT = {"atol": 1e-6, "rtol": 1e-6}  # the package's bound in float64 (the differences are ~1e-15)

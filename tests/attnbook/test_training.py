@@ -1,4 +1,4 @@
-"""attnbook.training: the metrics, the seeded training loop, its records and its errors."""
+"""attnbook.models.training: the metrics, the seeded training loop, its records and its errors."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from attnbook.models import EncoderDecoder, EncoderDecoderConfig, SequenceModel, SequenceModelConfig
-from attnbook.tasks import IGNORE, CopyOffset, Translation
-from attnbook.training import History, accuracy, evaluate, model_logits, sequence_accuracy, sequence_loss, train
+from attnbook.models.configs import EncoderDecoderConfig, SequenceModelConfig
+from attnbook.models.encoder_decoder import EncoderDecoder
+from attnbook.models.sequence import SequenceModel
+from attnbook.models.tasks import IGNORE, CopyOffset, Translation
+from attnbook.models.training import History, accuracy, evaluate, model_logits, sequence_accuracy, sequence_loss, train
 
 
 def _logits():

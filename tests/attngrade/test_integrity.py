@@ -107,7 +107,7 @@ ROUTES = {
     "a thread started in the call": _in_a_new_thread,
     "attnbook.softmax via vars()": lambda q, k, v: vars(attnbook)["softmax"](q @ k.T),
     "attnbook.apply_mask": lambda q, k, v: attnbook.apply_mask(q @ k.T, MASK),
-    "attnbook.formal.attention": lambda q, k, v: attnbook.formal.attention(
+    "attnbook.core.formal.attention": lambda q, k, v: attnbook.core.formal.attention(
         q.T.contiguous(), k.T.contiguous(), *[torch.eye(4, dtype=q.dtype), torch.zeros(4, dtype=q.dtype)] * 3
     ),
     "MultiHeadAttention": lambda q, k, v: attnbook.MultiHeadAttention(4, 2)(
@@ -139,7 +139,7 @@ ROUTES = {
 EXPECTED_HIT = {
     "attnbook.softmax via vars()": "attnbook.softmax",
     "attnbook.apply_mask": "attnbook.apply_mask",
-    "attnbook.formal.attention": "attnbook.formal.attention",
+    "attnbook.core.formal.attention": "attnbook.core.formal.attention",
     "MultiHeadAttention": "attnbook.MultiHeadAttention",
     "a subclass of MultiHeadAttention": "attnbook.MultiHeadAttention",
     "nn.MultiheadAttention": "torch.nn.functional.multi_head_attention_forward",

@@ -476,7 +476,7 @@ def accessibility_problems(page, log, label: str, screen: str, theme: str) -> li
 
 @functools.cache
 def _figure_record(path: Path) -> dict:
-    """The text chunks a chapter's figure carries (attnbook.plotting.record_figure_text)."""
+    """The text chunks a chapter's figure carries (attnbook.figures.style.record_figure_text)."""
     from PIL import Image
 
     with Image.open(path) as image:
@@ -502,7 +502,7 @@ def figure_problems(page, label: str) -> list[str]:
             continue
         record = _figure_record(path)
         if "attnbook:texts" not in record:
-            problems.append(f"{name}: {path.name} records no text (drawn without attnbook.plotting.use_style?)")
+            problems.append(f"{name}: {path.name} records no text (drawn without attnbook.figures.style.use_style?)")
         elif "attnbook:min-text-px" in record:
             smallest = float(record["attnbook:min-text-px"]) * figure["shown"] / figure["natural"]
             if smallest < SMALLEST_FIGURE_TEXT:
@@ -627,7 +627,7 @@ def _outside_math(text: str) -> str:
 def test_captions_and_figure_text_show_no_raw_tex(built_site):
     """Captions are MyST math and figure labels matplotlib mathtext: no caption of a chapter and no
     string a chapter's figure shows (titles, axis labels, legends, ticks, annotations: recorded in
-    each PNG by attnbook.plotting.record_figure_text) holds TeX as raw text."""
+    each PNG by attnbook.figures.style.record_figure_text) holds TeX as raw text."""
     import html as html_module
 
     problems = []
@@ -645,7 +645,7 @@ def test_captions_and_figure_text_show_no_raw_tex(built_site):
             record = _figure_record(path.resolve())
             if "attnbook:texts" not in record:
                 problems.append(
-                    f"{name}: figure {path.name} records no text (drawn without attnbook.plotting.use_style?)"
+                    f"{name}: figure {path.name} records no text (drawn without attnbook.figures.style.use_style?)"
                 )
                 continue
             for string in json.loads(record["attnbook:texts"]):

@@ -13,9 +13,42 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..validators import check_attention_inputs
-from .masks import apply_mask, mask_like_scores
+from ..validators import broadcast_batch, check_shapes
+from .masks import apply_mask, check_mask, mask_like_scores
 from .softmax import softmax
+
+
+def _attention_inputs_agree(query: object, key: object, value: object) -> bool:
+    """The usual case of :func:`check_attention_inputs`, decided in a few attribute reads (attention
+    is called in loops, where a full :func:`check_shapes` costs as much as a small kernel's
+    launch): three floating tensors of one dtype on one device, each at least 2-D, with query and
+    key sharing d_k and key and value sharing m. Batch broadcasting is checked by the caller."""
+    return (
+        isinstance(query, torch.Tensor)
+        and isinstance(key, torch.Tensor)
+        and isinstance(value, torch.Tensor)
+        and query.dtype == key.dtype == value.dtype
+        and query.is_floating_point()
+        and query.device == key.device == value.device
+        and min(query.ndim, key.ndim, value.ndim) >= 2
+        and query.shape[-1] == key.shape[-1]
+        and key.shape[-2] == value.shape[-2]
+    )
+
+
+def check_attention_inputs(query: object, key: object, value: object, mask: object = None) -> torch.Size:
+    """Check the inputs of attention (query (..., n, d_k), key (..., m, d_k), value (..., m, d_v),
+    mask broadcastable to (..., n, m), see :func:`check_mask`); return the score shape (..., n, m)."""
+    if not _attention_inputs_agree(query, key, value):
+        # something is wrong: check_shapes finds what, and says it
+        check_shapes(query=(query, "(..., n, d_k)"), key=(key, "(..., m, d_k)"), value=(value, "(..., m, d_v)"))
+    batch = query.shape[:-2]
+    if not batch == key.shape[:-2] == value.shape[:-2]:
+        batch = broadcast_batch(query=batch, key=key.shape[:-2], value=value.shape[:-2])
+    score_shape = torch.Size((*batch, query.shape[-2], key.shape[-2]))
+    if mask is not None:
+        check_mask(mask, score_shape, query.device)
+    return score_shape
 
 
 # S = Q K^T * scale,   scale = 1 / sqrt(d_k) by default

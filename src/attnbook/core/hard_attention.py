@@ -10,8 +10,7 @@ import math
 
 import torch
 
-from ..validators import check_attention_inputs
-from .attention import attention_scores
+from .attention import attention_scores, check_attention_inputs
 from .masks import apply_mask, mask_like_scores
 
 

@@ -1,5 +1,7 @@
 """Masks in the row convention, in one place (chapter 2): what a mask is, how it is read, how it is applied.
 
+* **Positions.** :func:`key_distances` gives how far each key lies before each query, the
+  quantity every position-dependent mask is a condition on.
 * **Layouts.** A *keep-mask* is boolean, True where query i may attend to key j (the meaning of
   :func:`attnbook.attention` and of ``scaled_dot_product_attention``); a *block-mask* is its
   negation (``nn.MultiheadAttention``); an *additive* mask is a float tensor added to the scores,
@@ -12,8 +14,13 @@
 * **Meeting the scores.** :func:`mask_like_scores` gives a float mask the scores' dtype (a
   boolean one stays boolean) and :func:`apply_mask` applies either kind to the scores.
 
-Checking a mask (its dtype, device and shape) is :func:`attnbook.validators.check_mask`'s job;
-this module converts and applies.
+* **Checking.** :func:`check_mask` checks a mask's dtype, device and shape against the scores'.
+* **Combining.** :func:`restrict_mask` keeps a mask (or a float bias) where a keep-mask allows.
+
+The builders a chapter teaches stay with their topic and call these helpers: sliding windows and
+block-sparse layouts in :mod:`attnbook.efficient.sliding_window`, the grouped layout in
+:mod:`attnbook.heads.grouped_query`, the column-convention mask in :mod:`attnbook.core.formal`,
+the models' per-block mask in :mod:`attnbook.models.interpretability`.
 """
 
 from __future__ import annotations
@@ -23,9 +30,86 @@ from collections.abc import Sequence
 
 import torch
 
-from ..validators import check_dtype, check_lengths, check_mask, check_one_of, check_shapes, check_sizes, check_values
+from ..validators import (
+    check_dtype,
+    check_lengths,
+    check_one_of,
+    check_shapes,
+    check_sizes,
+    check_tensor,
+    check_values,
+    checks_skipped,
+)
 
 _ALIGNS = ("upper_left", "lower_right")
+
+
+def _broadcasts_into(shape: Sequence[int], target: Sequence[int]) -> bool:
+    """Whether ``shape`` broadcasts to ``target`` without enlarging it (each axis equal or 1)."""
+    return len(shape) <= len(target) and all(a == b or a == 1 for a, b in zip(reversed(shape), reversed(target)))
+
+
+def check_mask(mask: object, target: Sequence[int] | dict[str, Sequence[int]], device: torch.device) -> None:
+    """Check an attention mask against the score shape (it only checks: :func:`mask_like_scores`
+    converts the mask to the scores' dtype and :func:`apply_mask` applies it).
+
+    A mask is boolean (True = may attend) or floating (added to the scores, in any floating
+    dtype: :func:`attnbook.core.masks.mask_like_scores` casts it to theirs), on ``device``. It must broadcast to the
+    score shape ``target`` = (..., n, m) without enlarging it. ``target`` may instead map layouts
+    to shapes, one per number of dimensions, e.g. ``{"(n, m)": (4, 6), "(batch, heads, n, m)":
+    (2, 8, 4, 6)}``: the mask is read in the layout of its number of dimensions.
+    """
+    if checks_skipped():
+        return
+    check_tensor("mask", mask)
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise TypeError(
+            f"mask must be boolean (True = may attend) or floating (added to the scores), got {mask.dtype}; "
+            f"convert a {{0,1}} mask with mask.bool()"
+        )
+    if mask.device != device:
+        raise ValueError(f"mask is on {mask.device} but the inputs are on {device}")
+    if isinstance(target, dict):
+        layouts = {len(shape): (layout, tuple(shape)) for layout, shape in target.items()}
+        if mask.ndim not in layouts:
+            counts = ", ".join(map(str, list(layouts)[:-1])) + f" or {list(layouts)[-1]}"
+            names = ", ".join(layout for layout, _ in list(layouts.values())[:-1])
+            last, shape = list(layouts.values())[-1]
+            raise ValueError(
+                f"mask must have {counts} dimensions, {names} or {last} = {shape}, got shape {tuple(mask.shape)}"
+            )
+        layout, target = layouts[mask.ndim]
+    else:
+        layout, target = "(..., n, m)", tuple(target)
+    if not _broadcasts_into(mask.shape, target):
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the score shape {target} without "
+            f"enlarging it (it is read as {layout} = {target}, n queries by m keys; size-1 axes broadcast)"
+        )
+
+
+# D[i, j] = (i + o) - j,   o = 0 (upper_left) or m - n (lower_right)
+def key_distances(
+    n: int,
+    m: int | None = None,
+    *,
+    align: str = "upper_left",
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    r"""How far key j lies before query i, an int64 tensor of shape (n, m): :math:`D_{ij} = (i + o) - j`.
+
+    The position of query i among the keys is i + o, with ``align`` as in :func:`causal_mask`
+    (``"upper_left"``: o = 0; ``"lower_right"``: o = m - n, the queries being the last n of the m
+    tokens). The masks that depend on positions are built from it: :func:`causal_mask` is
+    :math:`D \ge 0`, and :func:`attnbook.sliding_window_mask` bounds D on one or both sides.
+    """
+    check_sizes(minimum=0, n=n, m=m)
+    check_one_of("align", align, _ALIGNS)
+    m = n if m is None else m
+    offset = 0 if align == "upper_left" else m - n
+    i = torch.arange(n, device=device).unsqueeze(-1) + offset  # (n, 1): the position of query i
+    j = torch.arange(m, device=device).unsqueeze(0)  # (1, m)
+    return i - j  # (n, m)
 
 
 # M[i, j] = 1  iff  j <= i + offset,   offset = 0 (upper_left) or m - n (lower_right)
@@ -42,7 +126,7 @@ def causal_mask(
 
     With ``n == m`` (self-attention) this is the lower-triangular matrix of ones including the
     diagonal: query i sees keys 0..i. In this row convention (row = query, column = key) the mask
-    is *lower* triangular; the column-convention mask of :func:`attnbook.formal.unidirectional_mask`
+    is *lower* triangular; the column-convention mask of :func:`attnbook.core.formal.unidirectional_mask`
     is its transpose and upper triangular.
 
     When ``n != m`` two alignments are in use:
@@ -59,13 +143,7 @@ def causal_mask(
         align: ``"upper_left"`` or ``"lower_right"``.
         device: where to create the mask.
     """
-    check_sizes(minimum=0, n=n, m=m)
-    check_one_of("align", align, _ALIGNS)
-    m = n if m is None else m
-    offset = 0 if align == "upper_left" else m - n
-    i = torch.arange(n, device=device).unsqueeze(-1)  # (n, 1)
-    j = torch.arange(m, device=device).unsqueeze(0)  # (1, m)
-    return j <= i + offset  # (n, m)
+    return key_distances(n, m, align=align, device=device) >= 0  # (n, m): j <= i + o
 
 
 # P[b, j] = 1  iff  j < length_b
@@ -169,7 +247,7 @@ def mask_like_scores(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Ten
 
     Args:
         mask: None, a boolean keep-mask or an additive float mask (checked by
-            :func:`attnbook.validators.check_mask`).
+            :func:`check_mask`).
         dtype: the floating dtype of the scores (that of the queries).
     """
     if mask is None or mask.dtype == torch.bool:

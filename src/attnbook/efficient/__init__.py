@@ -1,9 +1,15 @@
-"""Attention that never holds the (n, m) scores (chapter 8); ``attnbook`` re-exports the entry points.
+"""Attention that never holds the (n, m) scores, or not all of them (chapter 8); ``attnbook`` re-exports the entry points.
 
 * :mod:`attnbook.efficient.online_softmax`: the running maximum and sum, block by block;
 * :mod:`attnbook.efficient.tiled_attention`: tiled attention (FlashAttention's loops), its tiles
-  and its rounding bound.
+  and its rounding bound;
+* :mod:`attnbook.efficient.kv_cache`: the key-value cache for decoding, :class:`attnbook.KVCache`;
+* :mod:`attnbook.efficient.sliding_window`: sliding-window and block-sparse masks and attention
+  (the builders chapter 8 teaches; layouts and application are :mod:`attnbook.core.masks`').
 
-(The key-value cache is :mod:`attnbook.kv_cache`; chapter 11's kernels are :mod:`attnbook.kernels`.)
+Chapter 13 (the cache at scale) stores and pages its cache here; what makes the cache smaller
+per token goes to :mod:`attnbook.heads`. Chapter 11's kernels are :mod:`attnbook.kernels`.
+
+Imports the wings below it (``core``, ``positions``, ``heads``) and :mod:`attnbook.validators`.
 This package re-exports nothing, so that no dotted name is both a module and a function.
 """

@@ -36,8 +36,9 @@ from typing import NamedTuple
 
 import torch
 
+from ..core.attention import check_attention_inputs
 from ..core.masks import apply_mask, mask_like_scores
-from ..validators import check_attention_inputs, check_sizes, check_type
+from ..validators import check_sizes, check_type
 from .online_softmax import _check_block_size, block_exponentials, rescale_factor, running_max, running_sum
 
 

@@ -6,9 +6,9 @@
   :class:`FlashAttention` (a ``torch.autograd.Function``);
 * :mod:`.flash_triton`: the same as Triton kernels, and :class:`FlashAttentionTriton`; triton is
   imported only when a kernel first runs (interpreted on a CPU, compiled on CUDA);
-* :mod:`.bench_flash`: the benchmark, ``python -m attnbook.kernels.bench_flash``.
 
-Like :mod:`attnbook.core`, this package re-exports nothing: its public functions are re-exported
+The benchmark is :mod:`attnbook.lab.bench_flash`. This wing imports :mod:`attnbook.core` and
+:mod:`attnbook.validators`, never the face ``attnbook``. Like :mod:`attnbook.core`, it re-exports nothing: its public functions are re-exported
 at the top (``attnbook.flash_attention``, ``attnbook.FlashAttention``, ...), and a dotted name
 ``attnbook.kernels.X`` is always a module.
 """

@@ -40,8 +40,9 @@ import math
 
 import torch
 
-import attnbook
-from attnbook.validators import check_number, check_shapes, check_type
+from ..core.masks import causal_mask
+from ..core.softmax import softmax
+from ..validators import check_number, check_shapes, check_type
 
 
 # S = scale * Q K^T + M,   M_ij = -inf where key j is after query i (causal), 0 elsewhere
@@ -63,7 +64,7 @@ def attention_scores_masked(
         scale = 1.0 / math.sqrt(q.shape[-1])
     scores = scale * (q @ k.transpose(-2, -1))  # (..., n, d_k) @ (..., d_k, m) -> (..., n, m)
     if is_causal:
-        keep = attnbook.causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (n, m), True = may attend
+        keep = causal_mask(q.shape[-2], k.shape[-2], device=q.device)  # (n, m), True = may attend
         scores = scores.masked_fill(~keep, -math.inf)
     return scores
 
@@ -77,7 +78,7 @@ def attention_probabilities(
     Row i is a probability distribution over the m keys (0 on masked keys). Shapes as in
     :func:`attention_scores_masked`; returns (..., n, m).
     """
-    return attnbook.softmax(attention_scores_masked(q, k, is_causal, scale), dim=-1)  # (..., n, m)
+    return softmax(attention_scores_masked(q, k, is_causal, scale), dim=-1)  # (..., n, m)
 
 
 # L_i = log sum_j exp(S_ij) = c_i + log sum_j exp(S_ij - c_i),   c_i = max_j S_ij

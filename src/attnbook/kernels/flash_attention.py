@@ -59,8 +59,7 @@ from typing import NamedTuple
 
 import torch
 
-from attnbook.validators import check_floating, check_number, check_shapes, check_sizes, check_type
-
+from ..validators import check_floating, check_number, check_shapes, check_sizes, check_type
 from .attention_backward import (
     _check_same_batch,
     backward_delta,

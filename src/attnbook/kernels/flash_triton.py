@@ -63,8 +63,7 @@ import os
 
 import torch
 
-from attnbook.validators import check_number, check_sizes
-
+from ..validators import check_number, check_sizes
 from .attention_backward import _check_same_batch
 from .flash_attention import _accumulation_dtype, _check_flash_inputs, _check_lse
 

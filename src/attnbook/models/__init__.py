@@ -1,0 +1,18 @@
+"""Small attention models built from the course's own pieces, their tasks, training and interpretation (chapters 4, 7, 9 and 10).
+
+* :mod:`attnbook.models.blocks`: the MLP, :class:`~attnbook.models.blocks.ScoredAttention`
+  (additive or general scores), the encoder block, the attention-only block, the decoder block;
+* :mod:`attnbook.models.configs`: :class:`~attnbook.models.configs.SequenceModelConfig` and
+  :class:`~attnbook.models.configs.EncoderDecoderConfig`, what a model is in one frozen record;
+* :mod:`attnbook.models.sequence`: :class:`~attnbook.models.sequence.SequenceModel` (embedding,
+  positions, blocks, output head; decoder-only when causal);
+* :mod:`attnbook.models.encoder_decoder`: :class:`~attnbook.models.encoder_decoder.EncoderDecoder`;
+* :mod:`attnbook.models.tasks`: the synthetic tasks the models are trained on;
+* :mod:`attnbook.models.training`: the training loop and ``parameter_count``;
+* :mod:`attnbook.models.interpretability`: head scores, circuits, composition, patching and
+  :func:`~attnbook.models.interpretability.ablate_head`.
+
+They are meant to be read and trained on a laptop CPU in seconds, not to be fast. Imports the
+wings below it (``core``, ``positions``, ``heads``, ``efficient``) and :mod:`attnbook.validators`.
+Re-exports nothing: ``attnbook.models.X`` is a module.
+"""
