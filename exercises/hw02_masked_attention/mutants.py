@@ -41,6 +41,12 @@ MUTANTS = {
     "fully masked rows give nan": ("q3",
         "weights = e / torch.where(total > 0, total, torch.ones_like(total))", "weights = e / total"),
     "softmax subtracts the minimum instead of the maximum": ("q3", "shift = S.amax(", "shift = S.amin("),
+    # the shift of a fully masked row read from uninitialised memory: wrong where that memory holds nan
+    # or -inf, right where it holds a finite number; every grader fills torch.empty* with nan
+    # (attngrade.sandboxed.worker.preload, integrity.watch_call), so it loses points on every run
+    "fully masked rows shifted by uninitialised memory (empty_like)": ("q3",
+        "shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))",
+        "shift = torch.where(torch.isfinite(shift), shift, torch.empty_like(shift))"),
     "attention scales the queries in place": ("q3",
         "S = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])", "S = Q.div_(math.sqrt(Q.shape[-1])) @ K.transpose(-2, -1)"),
     "attention in float32 arithmetic": ("q3",

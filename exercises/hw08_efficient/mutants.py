@@ -16,6 +16,12 @@ MUTANTS = {
         "L = L + torch.exp(block).sum(dim=-1)"),
     "online: shift by -inf while a row is all -inf (nan)": ("q1",
         "shift = torch.where(new_M == -math.inf, torch.zeros_like(new_M), new_M)", "shift = new_M"),
+    # the shift of an all -inf row read from uninitialised memory: wrong where that memory holds nan,
+    # right where it holds a finite number; every grader fills torch.empty* with nan
+    # (attngrade.sandboxed.worker.preload, integrity.watch_call), so it loses points on every run
+    "online: shift by uninitialised memory while a row is all -inf (empty_like)": ("q1",
+        "shift = torch.where(new_M == -math.inf, torch.zeros_like(new_M), new_M)",
+        "shift = torch.where(new_M == -math.inf, torch.empty_like(new_M), new_M)"),
     "online: maximum of the current block only": ("q1",
         "new_M = torch.maximum(M, block.amax(dim=-1))  # M_t", "new_M = block.amax(dim=-1)  # M_t"),
     "online: last, shorter block dropped": ("q1",

@@ -36,7 +36,29 @@ call:
    reached without Python (a TorchScript function, a C++ extension) is caught too.
 
 The torch watchers are used only when the list names something of PyTorch's; the ATen operators
-behind each name are in :data:`TORCH_OPS`.
+behind each name are in :data:`TORCH_OPS` (a forbidden operator also counts when one of PyTorch's
+Python decompositions of it runs, e.g. ``torch._decomp.decompositions._softmax_backward_data``,
+known by its code).
+
+**Automatic differentiation** (where the list names ``torch.autograd.grad``,
+``torch.autograd.backward`` or ``torch.autograd.forward_ad.make_dual``: :data:`AUTOGRAD_DOORS`) is
+closed by what it cannot do without, not by its names alone. Reverse mode needs a graph recorded
+during the call, so the guard runs the call with gradient recording off (in its thread, and in any
+thread the call starts, from that thread's first Python call) and counts an operator that runs with
+it on again (:data:`RECORDING`), whatever switched it on (``torch.enable_grad``,
+``torch.set_grad_enabled``, ``torch._C._set_grad_enabled``, ``inference_mode(False)``, a call from C):
+one check that closes ``.backward()``, ``torch.autograd.grad``, ``torch.func``, the engine and
+``grad_fn`` nodes called by hand. The engine is watched besides: its ``run_backward``, a method of
+a built-in class bound anew on every access (so identity cannot match it), is matched by owner and
+name on any engine object (:data:`ENGINE`); its Python wrapper
+``torch.autograd.graph._engine_run_backward`` by code; and the dispatch mode sees the engine
+evaluate a graph's node (``torch._C._current_autograd_node``), however the engine was called.
+Forward mode needs ``aten::_make_dual`` (the only maker of a dual tensor), watched at the kernel
+level like the fused kernels, and the built-ins ``torch._C._enter_dual_level``, ``torch._make_dual``
+(= ``torch._VF._make_dual``) and ``torch._unpack_dual`` by identity. A student's call that
+switches recording on without building anything is counted too: the rule is the mode, simple to
+state. Still unseen: ``grad_fn`` nodes of a graph recorded *before* the call (in a cell) called by
+hand on tensors overwritten through ``.data``, and the tampering below.
 
 **What the guard cannot see** (for the static flag-for-review, see :mod:`attngrade.grading.static`): code
 that deliberately switches the watchers off inside the call (``sys.setprofile(None)``,
@@ -73,13 +95,20 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "AUTOGRAD_DOORS",
+    "ENGINE",
     "ForbiddenReference",
     "Guard",
     "INTEGRITY_FILE",
+    "RECORDING",
+    "SDPA_BACKWARD_OPS",
+    "SOFTMAX_BACKWARD_OPS",
     "TORCH_OPS",
     "configure",
     "current_guard",
     "forbidden_from_environment",
+    "is_autograd",
+    "uninitialised_memory_filled",
     "watch_call",
     "write_integrity_file",
 ]
@@ -108,6 +137,32 @@ _SDPA_OPS = frozenset(
         "_efficient_attention_forward",
     }
 )
+#: the backward kernels of PyTorch's fused attention: each takes Q, K, V, O, dO and the log-sum-exp
+#: and returns (dQ, dK, dV), the backward pass of homework 11 in one call; with a chosen dO, dV = P^T dO
+#: also gives the weights P, so they stand for attention's forward pass as well
+SDPA_BACKWARD_OPS = frozenset(
+    {
+        "_scaled_dot_product_flash_attention_backward",
+        "_scaled_dot_product_flash_attention_for_cpu_backward",
+        "_scaled_dot_product_efficient_attention_backward",
+        "_scaled_dot_product_cudnn_attention_backward",
+        "_scaled_dot_product_fused_attention_overrideable_backward",
+        "_flash_attention_backward",
+        "_efficient_attention_backward",
+    }
+)
+_SDPA_OPS = _SDPA_OPS | SDPA_BACKWARD_OPS
+#: PyTorch's softmax backward kernels: ``_softmax_backward_data(dP, P, -1, dtype)`` is
+#: dS = P * (dP - D) in one call, and so is ``_log_softmax_backward_data(P * dP, log P, -1, dtype)``
+#: (the sparse ones the same on a sparse copy). Named one by one as ``torch.ops.aten.NAME``.
+SOFTMAX_BACKWARD_OPS = frozenset(
+    {
+        "_softmax_backward_data",
+        "_log_softmax_backward_data",
+        "_sparse_softmax_backward_data",
+        "_sparse_log_softmax_backward_data",
+    }
+)
 _MHA_OPS = frozenset({"_native_multi_head_attention", "_transformer_encoder_layer_fwd"})
 
 #: ATen operators (``aten::NAME``, checked against the installed torch with ``dir(torch.ops.aten)``)
@@ -120,6 +175,8 @@ TORCH_OPS: dict[str, frozenset[str]] = {
     "torch.nn.MultiheadAttention": _MHA_OPS,
     "torch.nn.modules.activation.MultiheadAttention": _MHA_OPS,
     "torch.nn.TransformerEncoderLayer": frozenset({"_transformer_encoder_layer_fwd"}),
+    # a kernel named as torch.ops.aten.NAME counts as itself (listed here so that the sandbox refuses it)
+    **{f"torch.ops.aten.{op}": frozenset({op}) for op in SDPA_BACKWARD_OPS | SOFTMAX_BACKWARD_OPS},
 }
 # built-ins (no code object) that count like the name: PyTorch's Python entry points of those ops
 _TORCH_BUILTINS = {
@@ -200,7 +257,9 @@ def _functions_of(obj: Any, seen: set[int] | None = None) -> Iterator[Any]:
         # the innermost function of a decorated one: a decorator's wrapper code is shared by
         # every function it decorates, so it cannot tell a reference from anything else
         yield inspect.unwrap(obj)
-    elif isinstance(obj, types.BuiltinFunctionType):
+    elif isinstance(obj, (types.BuiltinFunctionType, types.MethodDescriptorType)):
+        # a method of a built-in class (the autograd engine's run_backward) is bound anew on every
+        # access, so it is matched by its owner class and name (Guard._methods), not by identity
         yield obj
 
 
@@ -230,26 +289,106 @@ def _op_name(func: Any) -> str | None:
     return name[len("aten::") :]
 
 
+def _op_builtins(op: str) -> Iterator[Any]:
+    """PyTorch's Python built-ins of the ATen operator ``op`` (``torch._softmax_backward_data`` is
+    ``torch._C._VariableFunctions._softmax_backward_data``), where torch is imported."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    for namespace in ("_VariableFunctions", "_nn", "_linalg", "_special", "_fft"):
+        f = getattr(getattr(torch._C, namespace, None), op, None)
+        if isinstance(f, types.BuiltinFunctionType):
+            yield f
+
+
+_DECOMPOSITIONS: dict[str, list[Any]] | None = None
+
+
+def _decompositions(op: str) -> list[Any]:
+    """The Python functions that PyTorch's decomposition table holds for the ATen operator ``op``
+    (``torch._decomp.decompositions._softmax_backward_data``): each computes the operator with
+    plain operators, so the guard knows them by their code. Empty where torch is not imported."""
+    global _DECOMPOSITIONS
+    if "torch" not in sys.modules:
+        return []
+    if _DECOMPOSITIONS is None:
+        table: dict[str, list[Any]] = {}
+        try:
+            from torch._decomp import decomposition_table  # imported with torch
+
+            for overload, fn in list(decomposition_table.items()):
+                name = _op_name(overload)
+                if name is None:
+                    continue
+                for f in _functions_of(fn):
+                    if isinstance(f, types.FunctionType) and f not in table.setdefault(name, []):
+                        table[name].append(f)
+        except Exception:  # noqa: BLE001 - a torch without the table: the kernels are still watched
+            table = {}
+        _DECOMPOSITIONS = table
+    return _DECOMPOSITIONS.get(op, [])
+
+
 # --------------------------------------------------------------------------- the guard
 
 
 #: forbidden names that are a tool, not a reference implementation: the answer may not use them
 AUTOGRAD_PREFIXES = ("torch.autograd", "torch.func")
 
+#: the hit recorded when an operator runs with gradient recording on inside a call that the guard
+#: runs with it off (:data:`AUTOGRAD_DOORS`): whatever switched it back on
+RECORDING = "gradient recording (switched back on inside the call, which runs with it off)"
+#: the autograd engine: a call of its ``run_backward`` on any engine object, matched by owner and
+#: name, and the engine evaluating a graph's nodes, seen from the kernels that run
+ENGINE = "torch._C._ImperativeEngine.run_backward"
+_REVERSE_DOORS = ("torch.autograd.graph._engine_run_backward", ENGINE)
+_FORWARD_DOORS = (
+    "torch._C._enter_dual_level",
+    "torch._make_dual",  # the same built-in as torch._VF._make_dual
+    "torch._unpack_dual",
+    "torch.ops.aten._make_dual",
+    "torch.ops.aten._make_dual_copy",
+    "torch.ops.aten._unpack_dual",
+)
+#: automatic differentiation, closed by every door where a homework forbids one of its public
+#: entry points: forbidding ``torch.autograd.grad`` or ``torch.autograd.backward`` forbids the engine
+#: they call (the Python wrapper by its code, the C++ method by owner and name) and runs the
+#: watched call with gradient recording off, an operator run with it on again being a hit
+#: (:data:`RECORDING`; reverse mode needs a graph recorded during the call, so this one check also
+#: closes ``grad_fn`` nodes called by hand); forbidding ``torch.autograd.forward_ad.make_dual`` forbids
+#: forward mode's built-ins and operators (a dual tensor is made by ``aten::_make_dual`` alone)
+AUTOGRAD_DOORS: dict[str, tuple[str, ...]] = {
+    "torch.autograd.grad": _REVERSE_DOORS,
+    "torch.autograd.backward": _REVERSE_DOORS,
+    "torch.autograd.forward_ad.make_dual": _FORWARD_DOORS,
+}
+_AUTOGRAD_NAMES = frozenset({RECORDING, *_REVERSE_DOORS, *_FORWARD_DOORS})
+
+
+def is_autograd(name: str) -> bool:
+    """Whether a forbidden name (or hit) is automatic differentiation rather than a reference."""
+    return name.startswith(AUTOGRAD_PREFIXES) or name in _AUTOGRAD_NAMES
+
 
 def forbidden_what(hits: list[str]) -> str:
     """What the student's function ran, in the words of the feedback: the reference implementations
-    the homework asks them to write, or automatic differentiation where it asks for the gradient."""
+    the homework asks them to write, PyTorch's kernels that compute them, or automatic
+    differentiation where it asks for the gradient."""
 
     def listed(names: list[str]) -> str:
         return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
-    tools = [h for h in hits if h.startswith(AUTOGRAD_PREFIXES)]
-    references = [h for h in hits if h not in tools]
+    tools = [h for h in hits if is_autograd(h)]
+    kernels = [h for h in hits if h not in tools and h.startswith("torch.ops.aten.")]
+    references = [h for h in hits if h not in tools and h not in kernels]
     parts = []
     if references:
         noun = "the reference implementation" if len(references) == 1 else "reference implementations"
         parts.append(f"{listed(references)}, {noun} this homework asks you to write")
+    if kernels:
+        noun = "PyTorch's kernel" if len(kernels) == 1 else "PyTorch's kernels"
+        verb = "computes" if len(kernels) == 1 else "compute"
+        parts.append(f"{noun} {listed(kernels)}, which {verb} what this homework asks you to write")
     if tools:
         parts.append(f"{listed(tools)}: automatic differentiation, which this homework asks you not to use")
     return "; and ".join(parts)
@@ -272,21 +411,33 @@ class Guard:
         self._by_place: dict[tuple, str] = {}
         self._builtins: dict[int, tuple[Any, str]] = {}
         self._ops: dict[str, str] = {}
+        self._methods: dict[str, tuple[type, str]] = {}  # method name -> (owner class, label)
         self._seen: dict[int, tuple[Any, str | None]] = {}  # id(code or callable) -> (it, label)
         self._depth = 0
         self._lock = threading.Lock()
+        #: whether calls run with gradient recording off (the list forbids reverse-mode autograd)
+        self.closes_recording = False
+        self._closed_threads: set[int] = set()  # threads whose recording this watch switched off
         for name in self.forbidden:
             self._add(name)
-        self._profile_func = self._make_profiler()  # one function, so "is it still ours" can be asked
+        # one function each, so "is it still ours" can be asked: the call thread's and the other threads'
+        self._profile_func, self._thread_profile_func = self._make_profiler()
 
     # -- building the tables
 
     def _add(self, name: str) -> None:
+        label = name
         ops = set(TORCH_OPS.get(name, ()))
         if name.startswith("torch.ops.aten."):
             ops.add(name.split(".")[3])
         for op in ops:
-            self._ops.setdefault(op, name)
+            # a backward kernel is named as itself: "ran scaled_dot_product_attention" would mislead
+            op_label = f"torch.ops.aten.{op}" if op in SDPA_BACKWARD_OPS else label
+            self._ops.setdefault(op, op_label)
+            for f in _op_builtins(op):  # torch.NAME, torch._C._VariableFunctions.NAME: by identity
+                self._builtins.setdefault(id(f), (f, op_label))
+            for f in _decompositions(op):  # PyTorch's Python decompositions of it: by their code
+                self._add_code(f.__code__, op_label)
         try:
             obj = resolve_reference(name)
         except Exception:  # noqa: BLE001 - not installed, or no such attribute
@@ -294,20 +445,31 @@ class Guard:
             obj = None
         if obj is not None:
             for f in _functions_of(obj):
-                if isinstance(f, types.BuiltinFunctionType):
-                    self._builtins.setdefault(id(f), (f, name))
-                    continue
-                code = f.__code__
-                self._by_code.setdefault(code, name)
-                place = _place(code)
-                if place is not None:
-                    self._by_place.setdefault(place, name)
+                if isinstance(f, types.MethodDescriptorType):
+                    self._methods.setdefault(f.__name__, (f.__objclass__, label))
+                elif isinstance(f, types.BuiltinFunctionType):
+                    self._builtins.setdefault(id(f), (f, label))
+                else:
+                    self._add_code(f.__code__, label)
         for extra in _TORCH_BUILTINS.get(name, ()):
             try:
                 f = resolve_reference(extra)
             except Exception:  # noqa: BLE001
                 continue
-            self._builtins.setdefault(id(f), (f, name))
+            self._builtins.setdefault(id(f), (f, label))
+        doors = AUTOGRAD_DOORS.get(name, ())
+        if doors is _REVERSE_DOORS:
+            self.closes_recording = True
+        for door in doors:
+            if door not in self.forbidden:
+                self.forbidden.append(door)
+                self._add(door)
+
+    def _add_code(self, code: types.CodeType, label: str) -> None:
+        self._by_code.setdefault(code, label)
+        place = _place(code)
+        if place is not None:
+            self._by_place.setdefault(place, label)
 
     @property
     def uses_torch(self) -> bool:
@@ -359,19 +521,41 @@ class Guard:
                 label = self._by_place.get(place)
         return label
 
-    def _make_profiler(self) -> Any:
-        """The profile function: a closure over plain dicts, since it runs for every call."""
+    def _make_profiler(self) -> tuple[Any, Any]:
+        """The profile functions of the call's thread and of the threads it starts: closures over
+        plain dicts, since they run for every call."""
         seen_get = self._seen.get
         builtins_get = self._builtins.get
+        methods_get = self._methods.get if self._methods else None
         seen = self._seen
+        hits = self._hits
         classify = self._classify_code
         record = self._record
         guard = self
+        grad_on = set_grad = None
+        if self.closes_recording:
+            import torch  # the list names torch.autograd: it is imported
+
+            grad_on, set_grad = torch.is_grad_enabled, torch._C._set_grad_enabled
+        closed = self._closed_threads
+        ident = threading.get_ident
+
+        def in_thread(frame: Any, event: str, arg: Any) -> None:
+            """The profile function of the other threads (those the call starts): the call thread's
+            recording is watched by the dispatch mode, theirs only here, at each Python event."""
+            if guard._depth and grad_on is not None:
+                me = ident()
+                if me not in closed:  # first seen: recording off there too
+                    closed.add(me)
+                    set_grad(False)
+                elif grad_on() and RECORDING not in hits:  # switched back on, by whatever means
+                    record(RECORDING, frame)
+            profile(frame, event, arg)
 
         def profile(frame: Any, event: str, arg: Any) -> None:
+            if not guard._depth:
+                return
             if event == "call":
-                if not guard._depth:
-                    return
                 code = frame.f_code
                 found = seen_get(id(code))
                 if found is None or found[0] is not code:
@@ -380,10 +564,14 @@ class Guard:
                     record(found[1], frame.f_back)
             elif event == "c_call":
                 found = builtins_get(id(arg))
-                if found is not None and found[0] is arg and guard._depth:
+                if found is not None and found[0] is arg:
                     record(found[1], frame)
+                elif methods_get is not None:  # a built-in class's method: by owner and name
+                    method = methods_get(getattr(arg, "__name__", None))
+                    if method is not None and isinstance(getattr(arg, "__self__", None), method[0]):
+                        record(method[1], frame)
 
-        return profile
+        return profile, in_thread
 
     def _torch_label(self, func: Any) -> str | None:
         seen = self._seen.get(id(func))
@@ -407,17 +595,24 @@ class Guard:
         prev_profile = sys.getprofile()
         prev_thread_profile = getattr(threading, "getprofile", lambda: None)()
         all_threads = hasattr(threading, "setprofile_all_threads") and self._depth == 0
+        torch = sys.modules.get("torch") if self.closes_recording else None
+        prev_grad = None
+        if torch is not None:  # the call runs with gradient recording off (AUTOGRAD_DOORS)
+            prev_grad = torch.is_grad_enabled()
+            torch._C._set_grad_enabled(False)
+            if self._depth == 0:
+                self._closed_threads.clear()
+            self._closed_threads.add(threading.get_ident())
         with self._lock:
             self._depth += 1
         try:
             with contextlib.ExitStack() as stack:
                 for mode in modes:
                     stack.enter_context(mode)
-                threading.setprofile(self._profile_func)
+                threading.setprofile(self._thread_profile_func)
                 if all_threads:  # Python 3.12+: threads already running too
-                    threading.setprofile_all_threads(self._profile_func)
-                else:
-                    sys.setprofile(self._profile_func)
+                    threading.setprofile_all_threads(self._thread_profile_func)
+                sys.setprofile(self._profile_func)
                 try:
                     yield self
                 finally:
@@ -432,6 +627,8 @@ class Guard:
         finally:
             with self._lock:
                 self._depth -= 1
+            if prev_grad is not None:
+                torch._C._set_grad_enabled(prev_grad)
 
     def _torch_modes(self) -> tuple:
         see_functions, see_kernels = _mode_classes()
@@ -495,12 +692,15 @@ def _mode_classes() -> tuple:
                 return _observe(self, func, args, kwargs)
 
         observe_outside_dynamo = torch._disable_dynamo(_observe, recursive=True)  # imports dynamo when first called
+        current_node, grad_on = torch._C._current_autograd_node, torch.is_grad_enabled
 
         class _SeeKernels(TorchDispatchMode):
             def __init__(self, guard: Guard) -> None:
                 super().__init__()
                 self.guard = guard
                 self.seen = guard._seen
+                self.hits = guard._hits
+                self.closes = guard.closes_recording
 
             # PyTorch wraps a mode's __torch_dispatch__ in a shim that keeps dynamo (torch.compile)
             # from tracing it, and that imports torch._dynamo (about 800 modules, 1.5-2.5 s) on
@@ -512,6 +712,12 @@ def _mode_classes() -> tuple:
                 return False
 
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if self.closes:  # what automatic differentiation cannot do without
+                    if current_node() is not None:  # the engine evaluates a graph's node
+                        if ENGINE not in self.hits:
+                            self.guard._record(ENGINE, sys._getframe(1))
+                    elif grad_on() and RECORDING not in self.hits:  # an operator records a graph
+                        self.guard._record(RECORDING, sys._getframe(1))
                 if "torch._dynamo" in sys.modules:
                     return observe_outside_dynamo(self, func, args, kwargs)
                 return _observe(self, func, args, kwargs)
@@ -606,7 +812,7 @@ def watch_call(name: str, guard: Guard | None = None) -> Iterator[Guard | None]:
     guard.reset()
     failed = None
     try:
-        with guard.watch():
+        with guard.watch(), uninitialised_memory_filled():
             yield guard
     except BaseException as exc:  # the student's own error: the forbidden reference says more
         failed = exc
@@ -614,6 +820,34 @@ def watch_call(name: str, guard: Guard | None = None) -> Iterator[Guard | None]:
         raise ForbiddenReference(guard.message(name), guard.hits) from None
     if failed is not None:
         raise failed
+
+
+@contextlib.contextmanager
+def uninitialised_memory_filled() -> Iterator[None]:
+    """While the block runs, the memory that ``torch.empty`` and its kin hand out is filled with NaN
+    (the largest integer for integer dtypes), as the sandbox does for all of grading
+    (:func:`attngrade.sandboxed.worker.preload`): an answer that reads memory it never wrote gets the
+    same score on every run, and in ``grader.check`` and otter's autograder (:func:`watch_call`) the
+    score the class grader gives. PyTorch's C++ switches (``torch.use_deterministic_algorithms``
+    also imports inductor's config, and with it triton); a caller's own deterministic mode is kept,
+    and every switch is put back after."""
+    switches = getattr(sys.modules.get("torch"), "_C", None)
+    try:
+        saved = (
+            switches._get_deterministic_algorithms(),
+            switches._get_deterministic_algorithms_warn_only(),
+            switches._get_deterministic_fill_uninitialized_memory(),
+        )
+    except AttributeError:  # torch is not imported (nothing to fill), or has no such switches
+        yield
+        return
+    switches._set_deterministic_algorithms(True, warn_only=saved[1] if saved[0] else True)
+    switches._set_deterministic_fill_uninitialized_memory(True)
+    try:
+        yield
+    finally:
+        switches._set_deterministic_algorithms(saved[0], warn_only=saved[1])
+        switches._set_deterministic_fill_uninitialized_memory(saved[2])
 
 
 def write_integrity_file(
