@@ -56,7 +56,9 @@ def write_sample_class(hw: Homework, out: Path) -> Path:
     held = marker.read_text(encoding="utf-8").strip() if marker.is_file() else None
     present = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     if (held is not None and held != hw.name) or (held is None and present):
-        what = f"the sample class of {held}" if held else f"files of an unknown homework ({', '.join(present[:3])}, ...)"
+        what = (
+            f"the sample class of {held}" if held else f"files of an unknown homework ({', '.join(present[:3])}, ...)"
+        )
         raise ValueError(f"{folder} already holds {what}; give {hw.name}'s sample class its own folder")
     folder.mkdir(parents=True, exist_ok=True)
     marker.write_text(hw.name + "\n", encoding="utf-8")
