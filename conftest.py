@@ -152,6 +152,8 @@ ORDER = [
     "mutations:hw08",
     "mutations:hw11",
     "tests/attngrade/test_grading_cli.py",
+    "tests/attngrade/test_autograd_doors.py",
+    "tests/attngrade/test_grading_repeatable.py",
     "tests/attngrade/test_grader_isolation.py",
     "mutations:hw07",
     "tests/book/test_site.py",

@@ -66,6 +66,20 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 
 
+def _one_thread_after_fork() -> None:
+    """Every child forked here computes on one thread. A notebook under ``grader.check`` or ``otter
+    run`` has torch's default threads; once its torch has run an OpenMP parallel region, a forked
+    child inherits libgomp's idea of a thread pool but none of its threads, and its next parallel
+    region (``torch.tril`` on a mask, say) waits for them forever. With one thread libgomp makes no
+    team. (The class grader's worker sets one thread before any fork anyway.)"""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
+os.register_at_fork(after_in_child=_one_thread_after_fork)
+
+
 def describe(exc: BaseException) -> str:
     """``"TypeError: message"`` for an exception that student code raised (at most 2,000
     characters), or its type's name alone when its ``__str__`` itself fails; used wherever a
