@@ -75,6 +75,9 @@ EXEMPT = {
     # the same values: the extra tile is all -inf, so it changes no sum; the hidden test that counts
     # the tiles computed (the work a causal mask saves) catches it
     ("hw08", "tiled: causal skip one tile late (off by one)"): "an extra, fully masked tile changes no value",
+    # range(0, end - 1, BLOCK_K) drops a key block only when one starts at the block's last query
+    # (end = i1 = j0 + 1); the public sizes (n = 20, blocks of 16) never do, a hidden case does
+    ("hw11", "triton: causal skip one block early (off by one)"): "no public size puts a key block at the last query",
 }
 
 
