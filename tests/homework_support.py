@@ -20,7 +20,7 @@ import threading
 import zipfile
 from pathlib import Path
 
-from attngrade.build.assign import LIGHT_MODULES, build
+from attngrade.authoring.assign import LIGHT_MODULES, build
 from attngrade.homework import Homework, all_homework
 from attngrade.sandboxed.integrity import INTEGRITY_FILE
 

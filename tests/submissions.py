@@ -1,7 +1,7 @@
 """Making submissions from a homework's notebooks, for the mutation, grader and CLI tests.
 
 The solutions changed by mutants, and the student notebook as handed out, come from
-:mod:`attngrade.build.mutation` (the same code makes an instructor's sample class); this module adds
+:mod:`attngrade.authoring.mutation` (the same code makes an instructor's sample class); this module adds
 what only the tests need: code cells as the grader reads them, writing a notebook, and the
 solutions comparing themselves with a forbidden reference (:func:`comparing_submission`).
 """
@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attngrade.build.master import cell_source
-from attngrade.build.mutation import (  # noqa: F401  (the tests import them from here too)
+from attngrade.authoring.master import cell_source
+from attngrade.authoring.mutation import (  # noqa: F401  (the tests import them from here too)
     edited_submission,
     load_mutants,
     mutant_submission,

@@ -20,10 +20,10 @@ The package is laid out by stage and trust zone; imports only point down this li
   (gradebook, feedback, summary), :mod:`~.grading.compare` (a re-grade against an earlier
   gradebook), :mod:`~.grading.export` (the gradebook as an LMS's import file),
   :mod:`~.grading.course_report` (what a class got wrong across every homework).
-* :mod:`.build` — **building and releasing**: :mod:`~.build.master` (the master-notebook format),
-  :mod:`~.build.assign` (student versions and autograders), :mod:`~.build.release` (the
-  student-facing course), :mod:`~.build.bench` (grading speed), :mod:`~.build.mutation` (the
-  homework's wrong solutions applied to its solutions), :mod:`~.build.sample_class` (a class made
+* :mod:`.authoring` — **building and releasing**: :mod:`~.authoring.master` (the master-notebook format),
+  :mod:`~.authoring.assign` (student versions and autograders), :mod:`~.authoring.release` (the
+  student-facing course), :mod:`~.authoring.bench` (grading speed), :mod:`~.authoring.mutation` (the
+  homework's wrong solutions applied to its solutions), :mod:`~.authoring.sample_class` (a class made
   of them, to try the grader on).
 * :mod:`.cli` — the one command line: ``attnbook-grade`` / ``python -m attngrade [grade]`` grades a
   class; ``python -m attngrade assign | release | bench | export | course-report | sample-class``

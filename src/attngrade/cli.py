@@ -96,12 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: the other commands of ``python -m attngrade`` (the module whose ``main(argv)`` runs each)
 COMMANDS = {
-    "assign": "attngrade.build.assign",  # every homework's student version and autograder
-    "release": "attngrade.build.release",  # the student-facing course
-    "bench": "attngrade.build.bench",  # grading speed against otter's
+    "assign": "attngrade.authoring.assign",  # every homework's student version and autograder
+    "release": "attngrade.authoring.release",  # the student-facing course
+    "bench": "attngrade.authoring.bench",  # grading speed against otter's
     "export": "attngrade.grading.export",  # a gradebook as the CSV an LMS imports
     "course-report": "attngrade.grading.course_report",  # what the class got wrong, every homework
-    "sample-class": "attngrade.build.sample_class",  # a class made of the homework's mutants, to try it all
+    "sample-class": "attngrade.authoring.sample_class",  # a class made of the homework's mutants, to try it all
 }
 
 
@@ -146,7 +146,7 @@ def grade(argv: list[str]) -> int:
         if args.no_build:
             print(f"{hw.name} is not built (or older than its master); run make assignments", file=sys.stderr)
             return 2
-        from .build.assign import build
+        from .authoring.assign import build
 
         print(f"building {hw.name} (otter assign) ...", file=sys.stderr)
         problems = build([hw])

@@ -1,9 +1,10 @@
 """The grader's rooms: subpackages by trust zone and stage, and who may import whom.
 
 ``attngrade.sandboxed`` is what runs inside a submission's sandbox, and the sandbox's view holds a
-copy of exactly it; ``attngrade.grading`` grades on the host; ``attngrade.build`` builds and
-releases. The import graph only points down: the sandboxed code imports nothing else of the
-grader, grading never imports building, and the student-facing checks import only the guard.
+copy of exactly it; ``attngrade.grading`` grades on the host; ``attngrade.authoring`` builds the
+homework and releases the course. The import graph only points down: the sandboxed code imports
+nothing else of the grader, grading never imports authoring, and the student-facing checks import
+only the guard.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ ALLOWED = {
     "student_tests": {"sandboxed", "checks"},  # what test-writing questions' tests call
     "homework": {"sandboxed"},  # the one resolver checks that grading.yml's names exist
     "grading": {"grading", "sandboxed", "checks", "homework"},
-    "build": {"build", "grading", "sandboxed", "checks", "homework"},
-    "cli": {"grading", "build", "homework"},
+    "authoring": {"authoring", "grading", "sandboxed", "checks", "homework"},
+    "cli": {"grading", "authoring", "homework"},
     "__main__": {"cli"},
     "__init__": set(),
 }
@@ -72,7 +73,7 @@ def test_imports_point_down(module):
 
 def test_the_rooms_are_the_subpackages():
     rooms = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
-    assert rooms == ["build", "grading", "sandboxed"]
+    assert rooms == ["authoring", "grading", "sandboxed"]
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert top == ["__init__.py", "__main__.py", "checks.py", "cli.py", "homework.py", "student_tests.py"]
 

@@ -126,7 +126,7 @@ def test_unknown_homework_is_a_clear_error(tmp_path):
 def test_benchmark_reports_both_graders():
     homework("hw01")  # built
     proc = subprocess.run(
-        [sys.executable, "-m", "attngrade.build.bench", "hw01", "-n", "4", "--otter-n", "1"],
+        [sys.executable, "-m", "attngrade.authoring.bench", "hw01", "-n", "4", "--otter-n", "1"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -1,4 +1,4 @@
-"""The student-facing release (``python -m attngrade.build.release``, ``make release``).
+"""The student-facing release (``python -m attngrade.authoring.release``, ``make release``).
 
 The release is built once into a temporary folder from the built homework, without the website
 (the strict book build takes about a minute; ``make release`` runs it). Then every file of it, and
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from attngrade.build import release as rel
-from attngrade.build.assign import build
-from attngrade.build.master import norm, solution_and_prompt_lines, solution_only_lines
+from attngrade.authoring import release as rel
+from attngrade.authoring.assign import build
+from attngrade.authoring.master import norm, solution_and_prompt_lines, solution_only_lines
 from attngrade.homework import all_homework
 
 
@@ -163,7 +163,7 @@ def test_no_solution_line(released, homeworks, release_lines):
     checked, leaked = 0, []
     for hw in homeworks:
         # solution lines that the master's prompt does not show (a public test that repeats one
-        # leaks it: public tests travel in the student notebook), read by attngrade.build.assign's
+        # leaks it: public tests travel in the student notebook), read by attngrade.authoring.assign's
         # extraction and by the release's own
         inside, prompt = solution_and_prompt_lines(hw.master)
         solution = solution_only_lines(hw.master) - prompt

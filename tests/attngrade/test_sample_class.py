@@ -9,8 +9,8 @@ import csv
 import json
 import re
 
-from attngrade.build.mutation import load_mutants
-from attngrade.build.sample_class import main
+from attngrade.authoring.mutation import load_mutants
+from attngrade.authoring.sample_class import main
 from attngrade.grading.grader import Grader, recorded_assignment, wrong_homework
 from attngrade.homework import load_homework
 

@@ -546,7 +546,7 @@ HW02_TESTS = {
 
 def hw02_notebooks() -> dict[str, dict]:
     """hw02's solutions with q5's test replaced by each of HW02_TESTS."""
-    from attngrade.build.master import cell_source
+    from attngrade.authoring.master import cell_source
 
     from ..homework_support import homework
     from ..submissions import submission_with

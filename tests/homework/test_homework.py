@@ -11,8 +11,8 @@ import zipfile
 
 import pytest
 
-from attngrade.build.assign import leaks
-from attngrade.build.master import solution_only_lines
+from attngrade.authoring.assign import leaks
+from attngrade.authoring.master import solution_only_lines
 from attngrade.homework import all_homework, load_homework, parse_test_file
 from attngrade.sandboxed.integrity import resolve_reference
 
@@ -141,7 +141,7 @@ def test_student_notebook_runs_and_checks_read_well(tmp_path):
 
 @unit("homework: a failing solution")  # a long command that shares nothing with the other tests
 def test_assign_command_fails_when_a_solution_fails_its_tests(tmp_path):
-    """``python -m attngrade.build.assign`` (make assignments) must refuse a broken master."""
+    """``python -m attngrade.authoring.assign`` (make assignments) must refuse a broken master."""
     hw = homework("hw00")
     copy = tmp_path / hw.folder.name
     shutil.copytree(hw.folder, copy, ignore=shutil.ignore_patterns("dist"))
@@ -155,16 +155,16 @@ def test_assign_command_fails_when_a_solution_fails_its_tests(tmp_path):
             assert cell["source"] != src
     (copy / "hw00.ipynb").write_text(json.dumps(nb), encoding="utf-8")
     proc = subprocess.run(
-        [sys.executable, "-m", "attngrade.build.assign", str(copy)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "attngrade.authoring.assign", str(copy)], capture_output=True, text=True, timeout=600
     )
     assert proc.returncode != 0
     assert "hw00" in proc.stderr and ("otter assign failed" in proc.stderr or "solutions get" in proc.stderr)
 
 
 def test_batch_log_gives_each_homework_its_own_log_and_verdict():
-    """One process builds a group of homework (attngrade.build.otter_batch); its output is split per
+    """One process builds a group of homework (attngrade.authoring.otter_batch); its output is split per
     master, and a master whose build died with the process counts as failed."""
-    from attngrade.build.otter_batch import MARK, split_log
+    from attngrade.authoring.otter_batch import MARK, split_log
 
     output = "\n".join(
         [
@@ -190,7 +190,7 @@ def test_batch_log_gives_each_homework_its_own_log_and_verdict():
 
 def test_a_master_that_breaks_otter_fails_alone_in_its_batch(tmp_path):
     """Two homework built by one otter process: the broken master is reported, the other built."""
-    from attngrade.build.assign import build
+    from attngrade.authoring.assign import build
 
     good, bad = (
         load_homework(

@@ -80,7 +80,7 @@ def _package_copy(hw: Homework) -> Path:
 
 def run_otter_assign(homeworks: list[Homework], run_tests: bool = True) -> list[tuple[bool, str]]:
     """``otter assign`` for a group of homework, in one process of its own (see
-    :mod:`attngrade.build.otter_batch`); ``(ok, log)`` for each.
+    :mod:`attngrade.authoring.otter_batch`); ``(ok, log)`` for each.
 
     With ``run_tests`` otter also grades the solutions with its own runner and fails unless they
     get full marks; the class grader's check (:func:`solutions_full_marks`) runs in any case.
@@ -98,7 +98,7 @@ def run_otter_assign(homeworks: list[Homework], run_tests: bool = True) -> list[
                 sys.executable,
                 "-u",
                 "-m",
-                "attngrade.build.otter_batch",
+                "attngrade.authoring.otter_batch",
                 *flags,
                 *(str(hw.master.resolve()) for hw in homeworks),
             ],

@@ -1,4 +1,5 @@
-"""Building the course's homework and releasing the course (the instructor's side, before grading).
+"""Authoring: building the course's homework and releasing the course (the instructor's side,
+before grading).
 
 * :mod:`.master`: the format of a master notebook (solutions, prompts, tests), read in one place;
 * :mod:`.assign`: every homework's student version and autograder (``make assignments``), with
