@@ -15,7 +15,7 @@ The package is laid out by stage and trust zone; imports only point down this li
   the reference and against each known wrong version (in the sandbox when grading a class).
 * :mod:`.grading` — grading a class **on the host**: :mod:`~.grading.notebook` (finding and reading
   submissions), :mod:`~.grading.static` (flags for review), :mod:`~.grading.view` (the sandbox's
-  read-only view), :mod:`~.grading.sandbox` (bubblewrap workers), :mod:`~.grading.grader` (running
+  read-only view), :mod:`~.grading.bubblewrap` (bubblewrap workers), :mod:`~.grading.grader` (running
   the tests), :mod:`~.grading.results` (what a grading run found), :mod:`~.grading.report`
   (gradebook, feedback, summary), :mod:`~.grading.compare` (a re-grade against an earlier
   gradebook), :mod:`~.grading.export` (the gradebook as an LMS's import file),

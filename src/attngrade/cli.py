@@ -124,7 +124,7 @@ def grade(argv: list[str]) -> int:
     from .grading.grader import Grader
     from .grading.notebook import find_submissions, ignored_entries
     from .grading.report import write_reports
-    from .grading.sandbox import SandboxUnavailable
+    from .grading.bubblewrap import SandboxUnavailable
 
     try:
         hw = load_homework(args.homework)

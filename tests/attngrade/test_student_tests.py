@@ -262,7 +262,7 @@ STUDENT_TESTS = {
         "    assert False\n"
         "test_causal_keep_mask.run_as_test = lambda *a, **k: {'passed': True, 'calls': 5}\n"
         "class _Proxy:\n"
-        "    __module__ = 'attngrade.grading.sandbox'\n"
+        "    __module__ = 'attngrade.grading.bubblewrap'\n"
         "    __name__ = 'test_causal_keep_mask'\n"
         "    def run_as_test(self, *a, **k):\n"
         "        return {'passed': True, 'calls': 5}\n"
@@ -402,7 +402,7 @@ SANDBOX_REASON = bwrap_available()
 def worker(tmp_path_factory):
     if SANDBOX_REASON is not None:
         pytest.skip(SANDBOX_REASON)
-    from attngrade.grading.sandbox import Worker
+    from attngrade.grading.bubblewrap import Worker
     from attngrade.grading.view import build_view, hidden_paths
 
     root = tmp_path_factory.mktemp("student-tests")
@@ -418,7 +418,7 @@ LIMITS = {**DEFAULT_LIMITS, "call_timeout": 1.0, "call_grace": 2.0, "submission_
 
 
 def sandbox_session(worker, cell: str):
-    from attngrade.grading.sandbox import Session
+    from attngrade.grading.bubblewrap import Session
 
     session = Session(worker, ["import torch\n" + cell], limits=LIMITS)
     assert session.start(), session.broken

@@ -147,7 +147,7 @@ def build_view(root: str | os.PathLike[str], forbidden: list[str]) -> View:
 def instructor_paths() -> tuple[list[str], list[str]]:
     """Where the grading Python finds packages beyond its installation: (the ``PYTHONPATH``
     entries, the user site-packages folder when this Python uses one). The sandbox mounts both
-    read-only and puts them on its path in the same roles (:class:`attngrade.grading.sandbox.Worker`), so a
+    read-only and puts them on its path in the same roles (:class:`attngrade.grading.bubblewrap.Worker`), so a
     course installed with ``pip install --target``, a module system or ``pip install --user`` works
     there as it does for the instructor. Entries that are not folders are left out, and so are
     ``/`` and the home folder itself, which would show the sandbox far more than packages."""

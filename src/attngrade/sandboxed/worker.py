@@ -1,6 +1,6 @@
 """What runs inside a bubblewrap sandbox: one worker, one forked child per submission.
 
-The grader (:mod:`attngrade.grading.sandbox`) starts ``bwrap ... python -c <boot line> CTRL_FD``, whose boot line calls :func:`worker_main`. The worker
+The grader (:mod:`attngrade.grading.bubblewrap`) starts ``bwrap ... python -c <boot line> CTRL_FD``, whose boot line calls :func:`worker_main`. The worker
 imports torch and the course package once (the package as the sandbox sees it: the homework's
 reference implementations are stubs there, see :mod:`attngrade.grading.view`), drops to an unprivileged user when
 it started as root, and then serves jobs on its control socket, strictly one at a time:
