@@ -121,10 +121,10 @@ def main(argv: list[str] | None = None) -> int:
 def grade(argv: list[str]) -> int:
     """Grade a class (see the module's documentation)."""
     args = build_parser().parse_args(argv)
+    from .grading.bubblewrap import SandboxUnavailable
     from .grading.grader import Grader
     from .grading.notebook import find_submissions, ignored_entries
     from .grading.report import write_reports
-    from .grading.bubblewrap import SandboxUnavailable
 
     try:
         hw = load_homework(args.homework)

@@ -73,9 +73,9 @@ def test_imports_point_down(module):
 
 def test_the_rooms_are_the_subpackages():
     rooms = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
-    assert rooms == ["authoring", "grading", "sandboxed"]
+    assert rooms == ["authoring", "checks", "grading", "sandboxed"]
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert top == ["__init__.py", "__main__.py", "checks.py", "cli.py", "homework.py", "student_tests.py"]
+    assert top == ["__init__.py", "__main__.py", "cli.py", "homework.py", "student_tests.py"]
 
 
 def test_the_sandbox_sees_exactly_the_sandboxed_subpackage(tmp_path):
@@ -86,3 +86,41 @@ def test_the_sandbox_sees_exactly_the_sandboxed_subpackage(tmp_path):
     assert seen == ["__init__.py", *ours]
     for name in ours:
         assert filecmp.cmp(lib / name, PACKAGE / name, shallow=False)
+
+
+def _attngrade_imports(module: Path) -> set[Path]:
+    """The files of attngrade that ``module`` imports (relative imports, anywhere in it)."""
+    found = set()
+    for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = module.parent
+            for _ in range(node.level - 1):
+                base = base.parent
+            stems = [node.module.split(".")] if node.module else [[alias.name] for alias in node.names]
+            for parts in stems:
+                target = base.joinpath(*parts)
+                for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+                    if candidate.is_file():
+                        found.add(candidate)
+                        # a package's __init__ runs on the way to its modules
+                        found |= {p / "__init__.py" for p in candidate.parents if p.is_relative_to(PACKAGE)}
+    return found
+
+
+def test_the_light_modules_are_everything_the_homework_tests_import():
+    """The autograder zip carries LIGHT_MODULES of attngrade (otter's autograder has nothing else of
+    the grader): every file that ``checks`` and ``student_tests`` import, however deep, is in it."""
+    from attngrade.authoring.assign import LIGHT_MODULES
+
+    todo = [PACKAGE / "checks" / "__init__.py", PACKAGE / "student_tests.py"]
+    needed: set[Path] = {PACKAGE / "__init__.py"}
+    while todo:
+        module = todo.pop()
+        if module not in needed:
+            needed.add(module)
+            todo.extend(_attngrade_imports(module))
+    light = {PACKAGE / name for name in LIGHT_MODULES}
+    assert needed - light == set(), (
+        f"missing from LIGHT_MODULES: {sorted(str(p.relative_to(PACKAGE)) for p in needed - light)}"
+    )
+    assert all(p.is_file() for p in light), sorted(str(p) for p in light if not p.is_file())

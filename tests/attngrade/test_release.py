@@ -125,7 +125,7 @@ def test_release_layout(released, homeworks):
     assert len(wheels) == 1 and len(sdists) == 1
     in_wheel = {n.split("!", 1)[1] for n in names if n.startswith(f"packages/{wheels[0].name}!")}
     # the student's install has the package and the checks the public tests import
-    assert {"attnbook/__init__.py", "attngrade/checks.py"} <= in_wheel
+    assert {"attnbook/__init__.py", "attngrade/checks/__init__.py", "attngrade/checks/calling.py"} <= in_wheel
     # and JupyterLab's course settings (chapters open as notebooks; no news pop-up) for its environment
     name, version = wheels[0].name.split("-")[:2]
     settings = f"{name}-{version}.data/data/share/jupyter/lab/settings/overrides.json"

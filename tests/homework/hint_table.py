@@ -25,7 +25,7 @@ import time
 import warnings
 from dataclasses import dataclass
 
-from attngrade.checks import GUESS, CheckFailure
+from attngrade.checks import HINT_PREFIX, CheckFailure
 from attngrade.homework import Homework, all_homework
 
 from ..homework_support import homework
@@ -52,7 +52,7 @@ class Told:
     @property
     def contradicted(self) -> bool:
         """A named hint followed by a generic guess (check_call drops those: this should never be)."""
-        return self.named and any(line.startswith(GUESS) for line in self.message.splitlines())
+        return self.named and any(line.startswith(HINT_PREFIX) for line in self.message.splitlines())
 
 
 def _runnable(source: str) -> bool:
@@ -96,7 +96,7 @@ def classify(message: str) -> tuple[str, str]:
         if line.strip().startswith("Note: "):
             return NOTE, line.strip()
     for line in lines:
-        if line.startswith(GUESS):
+        if line.startswith(HINT_PREFIX):
             return GUESSED, line.strip()
     return NONE, f"no hint ({first_line(lines)})"
 

@@ -19,7 +19,7 @@ import re
 
 import pytest
 
-from attngrade.checks import GUESS
+from attngrade.checks import HINT_PREFIX
 from attngrade.homework import all_homework
 
 from ..homework_support import homework
@@ -119,7 +119,7 @@ def test_a_named_hint_is_not_contradicted(name):
     contradicted = [
         t.mutant
         for t in _table(name).values()
-        if t.kind == NAMED and any(line.startswith(GUESS) for line in t.message.splitlines())
+        if t.kind == NAMED and any(line.startswith(HINT_PREFIX) for line in t.message.splitlines())
     ]
     assert not contradicted, f"{name}: a named hint followed by a generic guess: {contradicted}"
 
@@ -154,17 +154,17 @@ def test_generic_diagnoses_name_polarity_precision_and_transposed_shapes():
 
     keep = torch.ones(3, 4, dtype=torch.bool).tril()
     message = _failure(lambda m: ~m, (keep,), keep)
-    assert f"{GUESS}your mask is the negation of the expected one" in message
+    assert f"{HINT_PREFIX}your mask is the negation of the expected one" in message
     named = _failure(
         lambda m: ~m, (keep,), keep, mistakes={"the keep-mask is True where a query MAY attend": lambda m: ~m}
     )
-    assert named.startswith("Likely mistake: the keep-mask") and GUESS not in named
+    assert named.startswith("Likely mistake: the keep-mask") and HINT_PREFIX not in named
 
     x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     message = _failure(lambda t: t.bfloat16().double(), (x,), x)
-    assert f"{GUESS}the values are right only to about bfloat16 or float16 precision" in message
+    assert f"{HINT_PREFIX}the values are right only to about bfloat16 or float16 precision" in message
 
     message = _failure(lambda t: t.T.clone(), (x,), x)
-    assert f"{GUESS}your result is the transpose of the expected one" in message
+    assert f"{HINT_PREFIX}your result is the transpose of the expected one" in message
     message = _failure(lambda t: torch.zeros(5, 4, dtype=t.dtype), (x,), x)
-    assert f"{GUESS}your result has the shape of the expected one transposed" in message
+    assert f"{HINT_PREFIX}your result has the shape of the expected one transposed" in message

@@ -106,7 +106,7 @@ def test_gradescope_zip_carries_the_tests_and_the_package(name):
         env = zf.read("environment.yml").decode()
     assert any(n.startswith("tests/q") for n in names)
     assert "files/attnbook_pkg/pyproject.toml" in names
-    assert "files/attnbook_pkg/src/attngrade/checks.py" in names
+    assert "files/attnbook_pkg/src/attngrade/checks/__init__.py" in names
     assert "/autograder/source/files/attnbook_pkg" in env and "torch" in env
 
 

@@ -31,9 +31,9 @@ from ..checks import CheckFailure
 from ..homework import Homework, Question, TestCaseSpec
 from ..sandboxed.worker import warm_ups
 from . import static
+from .bubblewrap import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Session, Worker, find_bwrap
 from .notebook import Submission, SubmissionError, read_submission, submission_name
 from .results import CaseResult, QuestionResult, SubmissionResult
-from .bubblewrap import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Session, Worker, find_bwrap
 from .view import build_view, hidden_paths
 
 #: without an explicit number of jobs, a batch of n submissions runs in ceil(n / 8) sandboxes at most
