@@ -62,6 +62,58 @@ def imported_rooms(module: Path) -> set[str]:
 
 MODULES = sorted(PACKAGE.rglob("*.py"))
 
+#: the modules of ``sandboxed`` that code outside it (the host, the checks) may import, and why; the
+#: rest (the worker's loop, the child, its limits and privileges, the clean-up) are the guest's own.
+#: Each module here belongs to the sandbox, which runs it; the others read it so that both sides
+#: agree on one definition
+SHARED_WITH_THE_HOST = {
+    "protocol": "the wire format both ends speak",
+    "integrity": "the guard (the checks and the student's notebook run it too) and the reference vocabulary",
+    "candidates": "test-writing questions: the seal's key size, and the same runs outside the class grader",
+    "ipython": "the IPython translation the child applies to each cell; grading.static reads the same Python",
+    "warm_ups": "the calls a worker makes before it forks; grading.grader names them from the master notebook",
+}
+
+
+def sandboxed_modules_imported(module: Path) -> set[str]:
+    """The modules of ``attngrade.sandboxed`` that ``module`` imports (anywhere in it)."""
+    found = set()
+    here = module.relative_to(PACKAGE).parent.parts
+    for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(here[: len(here) - (node.level - 1)])
+                parts = base + (node.module.split(".") if node.module else [])
+            elif node.module and node.module.startswith("attngrade."):
+                parts = node.module.split(".")[1:]
+            else:
+                continue
+            if parts[:1] == ["sandboxed"]:
+                found |= {parts[1]} if len(parts) > 1 else {alias.name for alias in node.names}
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[:2] == ["attngrade", "sandboxed"] and len(parts) > 2:
+                    found.add(parts[2])
+    return found
+
+
+@pytest.mark.parametrize("module", MODULES, ids=[str(m.relative_to(PACKAGE)) for m in MODULES])
+def test_outside_the_sandbox_only_the_shared_modules_are_read(module):
+    """The host imports only the sandbox's shared modules, and those import no module of the guest's
+    own (so the host never runs the worker's loop, the child or the clean-up)."""
+    if room(module) == "sandboxed":
+        if module.stem in SHARED_WITH_THE_HOST:
+            guest_only = sandboxed_modules_imported(module) - set(SHARED_WITH_THE_HOST)
+            assert not guest_only, f"the shared sandboxed/{module.name} imports {sorted(guest_only)}"
+        return
+    read = sandboxed_modules_imported(module) - set(SHARED_WITH_THE_HOST)
+    assert not read, f"{module.relative_to(PACKAGE)} imports the guest's own sandboxed.{sorted(read)}"
+
+
+def test_the_shared_modules_exist():
+    assert all((PACKAGE / "sandboxed" / f"{name}.py").is_file() for name in SHARED_WITH_THE_HOST)
+
 
 @pytest.mark.parametrize("module", MODULES, ids=[str(m.relative_to(PACKAGE)) for m in MODULES])
 def test_imports_point_down(module):

@@ -59,7 +59,7 @@ def test_the_clean_up_between_submissions_keeps_mounts_whose_path_has_a_space():
     alone (a checkout under /tmp, with its virtual environment). The kernel writes a space in a
     mount point as ``\\040``: read undecoded, ``/tmp/my course/.venv`` was not recognised, and the
     clean-up walked the read-only environment file by file after every submission."""
-    from attngrade.sandboxed.worker import folders_to_keep, mount_points
+    from attngrade.sandboxed.cleanup import folders_to_keep, mount_points
 
     mountinfo = (
         "22 1 0:21 / / rw,relatime - tmpfs tmpfs rw\n"
@@ -87,7 +87,7 @@ def test_a_worker_warms_up_before_any_fork_what_the_homeworks_notebook_calls(tmp
 
     from attngrade.grading.grader import Grader
     from attngrade.homework import load_homework
-    from attngrade.sandboxed.worker import warm_ups
+    from attngrade.sandboxed.warm_ups import warm_ups
 
     from ..homework_support import homework
     from ..submissions import code_cells, submission_with

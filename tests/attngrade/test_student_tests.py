@@ -180,7 +180,7 @@ ATTACKS = {
     # grader only the candidate server's signed verdict counts
     "patches the worker's answer": (
         "import sys\n"
-        "_w = sys.modules.get('attngrade.sandboxed.worker')\n"
+        "_w = sys.modules.get('attngrade.sandboxed.child')\n"
         "if _w is not None:\n"
         "    _w._run_test = lambda *a, **k: {'ok': True, 'calls': 5, 'error': '',\n"
         "        'signed': {'payload': '{\"passed\": true, \"calls\": 5}', 'mac': '0' * 64}}\n"

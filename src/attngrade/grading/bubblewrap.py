@@ -460,7 +460,7 @@ class Session:
         the source of ``candidate_name`` goes sealed under this child's key to the sandbox's
         candidate server, which compiles it in a process of its own and runs the test on a proxy in
         a fresh process that executes the notebook's cells first
-        (:func:`attngrade.sandboxed.worker._run_test`), under the guard and the time limit of any
+        (:func:`attngrade.sandboxed.child._run_test`), under the guard and the time limit of any
         call; only its signed verdict counts.
 
         Returns ``{"passed", "calls", "error", "forbidden"}`` as plain data, computed once per

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..checks import CheckFailure
 from ..homework import Homework, Question, TestCaseSpec
-from ..sandboxed.worker import warm_ups
+from ..sandboxed.warm_ups import warm_ups
 from . import static
 from .bubblewrap import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Session, Worker, find_bwrap
 from .notebook import Submission, SubmissionError, read_submission, submission_name

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..sandboxed.integrity import resolve_reference
-from ..sandboxed.worker import to_python  # the IPython translation the sandbox applies before running a cell
+from ..sandboxed.ipython import to_python  # the IPython translation the sandbox applies before running a cell
 
 #: names that run code built at run time, or reach objects behind the grader's back
 DYNAMIC_NAMES = {

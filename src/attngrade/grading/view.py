@@ -7,8 +7,8 @@ which the homework's reference implementations are absent.
   method of a forbidden class) is a stub that raises; the real code is not in the sandbox, so no
   route (an alias, ``operator.attrgetter``, a fresh import of the module's file, reading its
   source) leads back to it;
-* ``lib/attngrade/``: the few modules that run inside the sandbox (the worker, the wire protocol
-  and the integrity guard), not the grader;
+* ``lib/attngrade/``: the modules that run inside the sandbox (``attngrade.sandboxed``: the
+  worker and its child, the wire protocol, the integrity guard), not the grader;
 * ``overlays/``: stubbed copies of forbidden *Python* functions of PyTorch (e.g.
   ``torch.nn.functional.multi_head_attention_forward``), mounted over the originals; forbidden
   builtins (``scaled_dot_product_attention``) have no source and are caught at run time by the
