@@ -192,6 +192,7 @@ ATTACKS = {
     # a top-level cell that patches the grader's own code in the notebook's process
     "patches candidates.prepare": (
         "import attngrade.sandboxed.candidates as _c\n"
+        "import attngrade.sandboxed.candidates.server as _s\n"
         "_real = _c.compile_candidate\n"
         "def _spy(name, source, *rest):\n"
         "    func = _real(name, source)\n"
@@ -200,8 +201,9 @@ ATTACKS = {
         "            raise AssertionError('a mutant')\n"
         "        return func(*a, **k)\n"
         "    return wrapped, (lambda: 1)\n"
-        "_c.prepare = _spy\n"
-        "_c.compile_candidate = lambda name, source: _spy(name, source)[0]\n"
+        "for _m in (_c, _s):  # the package's face and the module that defines them\n"
+        "    _m.prepare = _spy\n"
+        "    _m.compile_candidate = lambda name, source: _spy(name, source)[0]\n"
         "def test_causal_keep_mask(f):\n"
         "    f(2, 2)\n",
         True,
@@ -294,10 +296,12 @@ FORBIDDEN_TEST = (
 def _restore_the_grader():
     """A hostile cell run here (local_test) patches this process's own copy of the grader."""
     from attngrade.sandboxed import candidates
+    from attngrade.sandboxed.candidates import server
 
-    saved = candidates.prepare, candidates.compile_candidate
+    saved = [(m, m.prepare, m.compile_candidate) for m in (candidates, server)]
     yield
-    candidates.prepare, candidates.compile_candidate = saved
+    for m, prepare, compile_candidate in saved:
+        m.prepare, m.compile_candidate = prepare, compile_candidate
 
 
 def verdicts(run: callable) -> tuple[bool, set[str]]:

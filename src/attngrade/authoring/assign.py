@@ -54,7 +54,13 @@ LIGHT_MODULES = (
     "student_tests.py",
     "sandboxed/__init__.py",
     "sandboxed/integrity.py",
-    "sandboxed/candidates.py",
+    "sandboxed/candidates/__init__.py",
+    "sandboxed/candidates/forks.py",
+    "sandboxed/candidates/sealing.py",
+    "sandboxed/candidates/wire.py",
+    "sandboxed/candidates/isolation.py",
+    "sandboxed/candidates/factory.py",
+    "sandboxed/candidates/server.py",
 )
 #: the repository's own packaging files, copied with the package: ``attnbook`` installs light
 #: (torch, numpy, matplotlib), so the autograder installs it from the same pyproject.toml
