@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from attngrade.authoring import leaks
 from attngrade.authoring import release as rel
 from attngrade.authoring.assign import build
 from attngrade.authoring.master import norm, solution_and_prompt_lines, solution_only_lines
@@ -159,7 +160,7 @@ def test_no_solution_line(released, homeworks, release_lines):
     """No line of a master's solutions is in the release, unless the published package or
     chapters hold that very line anyway (the package implements what the homework asks for)."""
     lines, _ = release_lines
-    public = rel.public_lines(rel.repo_root())
+    public = leaks.public_lines(leaks.repo_root())
     checked, leaked = 0, []
     for hw in homeworks:
         # solution lines that the master's prompt does not show (a public test that repeats one
@@ -183,7 +184,7 @@ def test_no_hidden_test(released, homeworks, release_lines):
     it into the autograder notebook) is in the release, beyond lines public tests share."""
     lines, texts = release_lines
     everything = "\n".join(texts.values())
-    public = rel.public_lines(rel.repo_root())
+    public = leaks.public_lines(leaks.repo_root())
     hidden_names, hidden_lines, shared = set(), set(), set()
     for hw in homeworks:
         for question in hw.questions():
@@ -194,7 +195,7 @@ def test_no_hidden_test(released, homeworks, release_lines):
                     body = {norm(s) for s in ast.get_source_segment(question.source, node).splitlines()}
                     (hidden_lines if node.name in hidden else shared).update(body)
             hidden_names |= hidden
-        names, master_hidden, master_public = rel.hidden_test_parts(hw)
+        names, master_hidden, master_public = leaks.hidden_test_parts(hw)
         assert names, f"{hw.name} has no hidden test"
         hidden_lines |= master_hidden
         shared |= master_public
@@ -212,9 +213,9 @@ def test_no_hidden_test(released, homeworks, release_lines):
 
 
 def test_release_scan_is_clean_and_counts_what_it_checked(released, homeworks):
-    secrets = rel.collect_secrets(homeworks)
+    secrets = leaks.collect_secrets(homeworks)
     assert secrets.solution_lines and secrets.hidden_names and secrets.hidden_lines and secrets.mutant_lines
-    assert rel.find_leaks(released, secrets) == []
+    assert leaks.find_leaks(released, secrets) == []
 
 
 # --- the release's own scan catches every kind of leak ------------------------------------------
@@ -229,7 +230,7 @@ def _zip_bytes(members: dict[str, bytes]) -> bytes:
 
 
 def test_scan_catches_planted_leaks(homeworks, tmp_path):
-    secrets = rel.collect_secrets(homeworks)
+    secrets = leaks.collect_secrets(homeworks)
     hw = homeworks[0]
     solution = sorted(secrets.solution_lines)[0]
     hidden_name = sorted(secrets.hidden_names)[0]
@@ -265,7 +266,7 @@ def test_scan_catches_planted_leaks(homeworks, tmp_path):
         (root / rel_path).parent.mkdir(parents=True)
         (root / rel_path).write_bytes(data)
         (root / "clean.txt").write_text("nothing to see\n")
-        found = rel.find_leaks(root, secrets)
+        found = leaks.find_leaks(root, secrets)
         assert found and all(rel_path.split("/")[-1] in f for f in found), f"{kind} not caught: {found}"
 
 

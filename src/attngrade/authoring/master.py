@@ -1,7 +1,7 @@
 """The format of a homework's master notebook (otter-grader 7): which lines are solutions, which
 are the prompt a student sees, which cells are tests. The one reader of that format, used by the
 homework builder's leak check (:func:`attngrade.authoring.assign.leaks`) and the release scan
-(:func:`attngrade.authoring.release.find_leaks`).
+(:func:`attngrade.authoring.leaks.find_leaks`).
 
 In a master, a solution is a block between ``# BEGIN SOLUTION`` and ``# END SOLUTION``, a line
 ending in ``# SOLUTION`` (or ``# SOLUTION NO PROMPT``), or a whole cell between the raw cells
