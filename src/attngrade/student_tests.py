@@ -22,7 +22,7 @@ time", or reads the candidate's code, closure or frames learns nothing it can us
 :func:`check_test_catches` runs the reference and the wrong version in a random order.
 
 * in the class grader, the student's test is a proxy for the function in the sandbox, with a
-  ``run_as_test`` method (:class:`attngrade.grading.bubblewrap.StudentFunction`): the source goes
+  ``run_as_test`` method (:class:`attngrade.grading.session.StudentFunction`): the source goes
   sealed, under a key no cell can read, to a candidate server forked before the notebook's first
   cell ran; the test's process is forked by a factory from that same moment and runs the
   notebook's cells again, then the test, under the same integrity guard and time limit as any call;
@@ -76,19 +76,19 @@ class TestRun:
 
 
 #: the module and class of the class grader's proxy for a function in the sandbox
-_PROXY_MODULE, _PROXY_CLASS = "attngrade.grading.bubblewrap", "StudentFunction"
+_PROXY_MODULE, _PROXY_CLASS = "attngrade.grading.session", "StudentFunction"
 
 
 def _grader_proxy(test: Any) -> bool:
     """Whether ``test`` is the class grader's proxy for a student's function in the sandbox (an
-    object of :class:`attngrade.grading.bubblewrap.StudentFunction`, loaded from this package's own
+    object of :class:`attngrade.grading.session.StudentFunction`, loaded from this package's own
     file). A ``run_as_test`` that a student's function or class defines, a class that calls its
     module ``attngrade...``, or a fake module put in ``sys.modules`` does not count: those run
     here, as the student's own code."""
     module = sys.modules.get(_PROXY_MODULE)
     if module is None or type(test) is not getattr(module, _PROXY_CLASS, None):
         return False
-    expected = Path(__file__).resolve().parent / "grading" / "bubblewrap.py"
+    expected = Path(__file__).resolve().parent / "grading" / "session.py"
     try:
         return Path(str(module.__spec__.origin)).resolve() == expected and expected.is_file()
     except (AttributeError, OSError, TypeError, ValueError):

@@ -264,7 +264,7 @@ STUDENT_TESTS = {
         "    assert False\n"
         "test_causal_keep_mask.run_as_test = lambda *a, **k: {'passed': True, 'calls': 5}\n"
         "class _Proxy:\n"
-        "    __module__ = 'attngrade.grading.bubblewrap'\n"
+        "    __module__ = 'attngrade.grading.session'\n"
         "    __name__ = 'test_causal_keep_mask'\n"
         "    def run_as_test(self, *a, **k):\n"
         "        return {'passed': True, 'calls': 5}\n"
@@ -422,7 +422,7 @@ LIMITS = {**DEFAULT_LIMITS, "call_timeout": 1.0, "call_grace": 2.0, "submission_
 
 
 def sandbox_session(worker, cell: str):
-    from attngrade.grading.bubblewrap import Session
+    from attngrade.grading.session import Session
 
     session = Session(worker, ["import torch\n" + cell], limits=LIMITS)
     assert session.start(), session.broken

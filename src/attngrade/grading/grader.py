@@ -2,7 +2,7 @@
 
 For one submission the grader (1) reads the notebook's code cells as text (:mod:`.notebook`),
 (2) reads them statically for constructs an instructor may want to review (:mod:`.static`; this
-never changes a score), (3) has a sandbox execute them (:mod:`.bubblewrap`, :mod:`attngrade.sandboxed.worker`), and
+never changes a score), (3) has a sandbox execute them (:mod:`.bubblewrap`, :mod:`.session`, :mod:`attngrade.sandboxed.worker`), and
 (4) runs each question's otter tests *here*, passing them proxies that call the student's
 functions in the sandbox and return plain data. The tests compute their reference answers with
 ``attnbook`` in this process, which never imports, unpickles or executes anything the student
@@ -31,9 +31,10 @@ from ..checks import CheckFailure
 from ..homework import Homework, Question, TestCaseSpec
 from ..sandboxed.warm_ups import warm_ups
 from . import static
-from .bubblewrap import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Session, Worker, find_bwrap
+from .bubblewrap import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Worker, find_bwrap
 from .notebook import Submission, SubmissionError, read_submission, submission_name
 from .results import CaseResult, QuestionResult, SubmissionResult
+from .session import Session
 from .view import build_view, hidden_paths
 
 #: without an explicit number of jobs, a batch of n submissions runs in ceil(n / 8) sandboxes at most
