@@ -1,7 +1,7 @@
 """``otter assign`` on several homework in one process: ``python -m attngrade.authoring.otter_batch [--no-run-tests] MASTER...``.
 
-Importing otter costs about 3 s (nbformat's schema validators compile their grammars), and its
-``assign`` on one of the course's masters about 0.1 s, so :func:`attngrade.authoring.assign.build` runs one
+Importing otter costs seconds (nbformat's schema validators compile their grammars), far more than
+its ``assign`` on one of the course's masters, so :func:`attngrade.authoring.assign.build` runs one
 such process for a group of homework instead of one ``otter assign`` per homework. Each master is
 built into ``dist/`` beside it, in turn (otter changes the working directory while it works).
 

@@ -13,11 +13,12 @@ import os
 #: grading a homework whose master notebook calls it makes that call once before any fork (the host
 #: names them: warm_ups)
 WARM_UPS = {
-    # torch.testing.assert_close imports torch.distributed.tensor and sympy at its first call:
-    # half a second, more under the guard, in every submission's child otherwise
+    # torch.testing.assert_close imports torch.distributed.tensor and sympy at its first call, in
+    # every submission's child otherwise (slower still under the guard, which watches each import)
     "assert_close": lambda torch, x: torch.testing.assert_close(x, x),
-    # homework 11's question 4 runs Triton kernels in Triton's interpreter: importing triton maps about
-    # 190 MB of address space, more than a homework's memory allowance, so it is made once, here
+    # homework 11's question 4 runs Triton kernels in Triton's interpreter: importing triton maps more
+    # address space than a homework's memory allowance (exercises/hw11_kernel/grading.yml says how
+    # much), so it is made once, here
     "triton": lambda torch, x: _import_triton_interpreted(),
 }
 
