@@ -14,7 +14,7 @@ import os
 #: names them: warm_ups)
 WARM_UPS = {
     # torch.testing.assert_close imports torch.distributed.tensor and sympy at its first call, in
-    # every submission's child otherwise (slower still under the guard, which watches each import)
+    # every submission's child otherwise (slower still under the guard)
     "assert_close": lambda torch, x: torch.testing.assert_close(x, x),
     # homework 11's question 4 runs Triton kernels in Triton's interpreter: importing triton maps more
     # address space than a homework's memory allowance (exercises/hw11_kernel/grading.yml says how
