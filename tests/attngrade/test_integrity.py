@@ -376,7 +376,7 @@ def no_list(monkeypatch, tmp_path):
     """No forbidden list from anywhere but what the test sets."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(integrity.ENV_VAR, raising=False)
-    monkeypatch.setattr(integrity, "_PACKAGE_FILE", tmp_path / "no-package-file.json")
+    monkeypatch.setattr(integrity.homework_list, "_PACKAGE_FILE", tmp_path / "no-package-file.json")
     integrity.configure(None)
     yield tmp_path
     integrity.configure(None)

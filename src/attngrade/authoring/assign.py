@@ -53,7 +53,11 @@ LIGHT_MODULES = (
     "checks/homework_helpers.py",
     "student_tests.py",
     "sandboxed/__init__.py",
-    "sandboxed/integrity.py",
+    "sandboxed/integrity/__init__.py",
+    "sandboxed/integrity/references.py",
+    "sandboxed/integrity/guard.py",
+    "sandboxed/integrity/homework_list.py",
+    "sandboxed/integrity/writer.py",
     "sandboxed/candidates/__init__.py",
     "sandboxed/candidates/forks.py",
     "sandboxed/candidates/sealing.py",
@@ -81,7 +85,7 @@ def _package_copy(hw: Homework) -> Path:
     for name in LIGHT_MODULES:
         (grade_dst / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(grade_src / name, grade_dst / name)
-    # beside the copy of integrity.py, which looks for it there
+    # into the copy of sandboxed/, where integrity.homework_list looks for it
     write_integrity_file(grade_dst / "sandboxed", hw.name, hw.forbidden, name="_integrity.json")
     write_integrity_file(target, hw.name, hw.forbidden)
     repository = src.parents[1]  # src/attnbook -> the checkout
