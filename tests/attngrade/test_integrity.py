@@ -177,7 +177,7 @@ def _scripted_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.T
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_fused_kernel_reached_from_torch_compile(guard: Guard, backend: str) -> None:
     """A compiled answer still runs the fused kernel through the dispatcher, where the guard's mode
-    sees it (the mode does without PyTorch's dynamo shim, see integrity._mode_classes)."""
+    sees it (the mode does without PyTorch's dynamo shim, see integrity.guard._mode_classes)."""
     import torch._dynamo
 
     torch._dynamo.reset()

@@ -47,16 +47,16 @@ VOCABULARY = {
         r"heads? (split|merged|interleaved|concatenated)|(split|merge) by reshape|head order",
         None,
     ),
-    # a boolean result that is exactly the negation of the answer says so (checks._negation_diagnosis)
+    # a boolean result that is exactly the negation of the answer says so (checks.diagnosis._negation_diagnosis)
     "mask polarity": (r"polarity|taken as a keep-mask", lambda told: told.kind == GUESSED and "polarity" in told.text),
     "mask fill": (r"-1e9|finfo", None),
-    # a result that is exactly the transpose of the answer says so (checks._transpose_diagnosis)
+    # a result that is exactly the transpose of the answer says so (checks.diagnosis._transpose_diagnosis)
     "transposed": (r"transposed", _transpose_guess),
     "off by one": (r"off by one|window [+-] 1 keys|\(j < i\)|counted from 1|start at 1", None),
     "rotary pairing": (r"pairs|halves|interleaved", None),
     "sin and cos": (r"sin and cos|sign of sin", None),
     # a dtype mismatch is stated ("expected dtype float64 ..., got float32"), and values right only
-    # to a lower precision are diagnosed as such (checks._precision_diagnosis)
+    # to a lower precision are diagnosed as such (checks.diagnosis._precision_diagnosis)
     "dtype": (
         r"float32|float16|bfloat16|float64|int32|as floats|as integers|dtype",
         _mentions("dtype", "precision"),

@@ -242,7 +242,7 @@ class Grader:
         os.chmod(self._root, 0o700)
         self._view = build_view(self._root / "view", self.homework.forbidden)
         hide = hidden_paths([str(self.homework.folder.parent), *self.hide])
-        # a call the homework's notebook names that is slow at its first (worker.WARM_UPS): made once
+        # a call the homework's notebook names that is slow at its first (sandboxed.warm_ups.WARM_UPS): made once
         # per worker before any fork, not once per submission. Decided by the homework alone, so that
         # every submission's child starts the same, whoever its classmates are (limits count CPU time)
         master = self.homework.master

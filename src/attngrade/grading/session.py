@@ -293,7 +293,7 @@ class StudentFunction:
         return self._session.call(self.__name__, args, kwargs)
 
     def call_returning_inputs(self, args: Any, kwargs: dict[str, Any]) -> tuple[Any, list, dict]:
-        """The call, and its arguments as they are after it (see :func:`attngrade.checks._invoke`)."""
+        """The call, and its arguments as they are after it (see :func:`attngrade.checks.calling._invoke`)."""
         return self._session.call_returning_inputs(self.__name__, tuple(args), dict(kwargs))
 
     def run_as_test(self, candidate_name: str, candidate_source: str) -> dict[str, Any]:
