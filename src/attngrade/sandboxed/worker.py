@@ -1,9 +1,10 @@
 """What runs inside a bubblewrap sandbox: one worker, one forked child per submission.
 
-The grader (:mod:`attngrade.grading.bubblewrap`) starts ``bwrap ... python -c <boot line> CTRL_FD``, whose boot line calls :func:`worker_main`. The worker
-imports torch and the course package once (the package as the sandbox sees it: the homework's
-reference implementations are stubs there, see :mod:`attngrade.grading.view`), drops to an unprivileged user when
-it started as root, and then serves jobs on its control socket, strictly one at a time (the child's side is :mod:`.child`):
+The grader (:mod:`attngrade.grading.bubblewrap`) starts ``bwrap ... python -c <boot line> CTRL_FD``,
+whose boot line calls :func:`worker_main`. The worker imports torch and the course package once (the
+package as the sandbox sees it: the homework's reference implementations are stubs there, see
+:mod:`attngrade.grading.view`), drops to an unprivileged user when it started as root, and then
+serves jobs on its control socket, strictly one at a time (the child's side is :mod:`.child`):
 
 1. a job arrives with one end of a fresh socket pair (SCM_RIGHTS) and the sandbox limits;
 2. the worker forks a child, which closes the control socket, applies the limits, receives the
