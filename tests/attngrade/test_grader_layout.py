@@ -4,7 +4,8 @@
 copy of exactly it; ``attngrade.grading`` grades on the host; ``attngrade.authoring`` builds the
 homework and releases the course. The import graph only points down: the sandboxed code imports
 nothing else of the grader, grading never imports authoring, and the student-facing checks import
-only the guard.
+only the guard. Of the sandbox's modules the host imports only those shared with it
+(:data:`SHARED_WITH_THE_HOST`, each owned by the sandbox), never the worker's loop or the child.
 """
 
 from __future__ import annotations
