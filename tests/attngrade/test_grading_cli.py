@@ -234,22 +234,22 @@ def test_refuses_to_grade_without_bubblewrap(tmp_path):
 
 def test_a_sandbox_that_fails_twice_is_status_error_and_exit_1(tmp_path, monkeypatch, capsys):
     from attngrade import cli
-    from attngrade.grading import sandbox
+    from attngrade.grading import bubblewrap
 
     hw = homework("hw00")
     subs = tmp_path / "submitted"
     subs.mkdir()
     write_notebook(submission_with(hw, {}), subs / "alice.ipynb")
     calls = []
-    real_start, real_spawn = sandbox.Worker.start, sandbox.Worker.spawn
+    real_start, real_spawn = bubblewrap.Worker.start, bubblewrap.Worker.spawn
 
     def broken_spawn(self, job):
         calls.append(1)
-        raise sandbox.InfrastructureError("simulated: the worker did not answer")
+        raise bubblewrap.InfrastructureError("simulated: the worker did not answer")
 
     # no sandbox is needed where every spawn fails (starting one costs seconds)
-    monkeypatch.setattr(sandbox.Worker, "start", lambda self: None)
-    monkeypatch.setattr(sandbox.Worker, "spawn", broken_spawn)
+    monkeypatch.setattr(bubblewrap.Worker, "start", lambda self: None)
+    monkeypatch.setattr(bubblewrap.Worker, "spawn", broken_spawn)
     code = cli.main([hw.name, str(subs), "--out", str(tmp_path / "g"), "--no-build", "--no-progress"])
     assert code == 1
     assert len(calls) == 2, "retried once"
@@ -263,11 +263,11 @@ def test_a_sandbox_that_fails_twice_is_status_error_and_exit_1(tmp_path, monkeyp
     def flaky_spawn(self, job):
         state["n"] += 1
         if state["n"] == 1:
-            raise sandbox.InfrastructureError("simulated once")
+            raise bubblewrap.InfrastructureError("simulated once")
         return real_spawn(self, job)
 
-    monkeypatch.setattr(sandbox.Worker, "start", real_start)
-    monkeypatch.setattr(sandbox.Worker, "spawn", flaky_spawn)
+    monkeypatch.setattr(bubblewrap.Worker, "start", real_start)
+    monkeypatch.setattr(bubblewrap.Worker, "spawn", flaky_spawn)
     assert cli.main([hw.name, str(subs), "--out", str(tmp_path / "h"), "--no-build", "--no-progress"]) == 0
     with open(tmp_path / "h" / "gradebook.csv", newline="") as f:
         (row,) = list(csv.DictReader(f))
