@@ -23,7 +23,13 @@ call:
    ``importlib`` from the file, ``runpy``, ``importlib.reload``, ``exec`` of the file's text, even
    under another file name), or its place ``(real path of the file, qualified name, first line)``.
    For a class, every function defined in its body counts (``__init__``, ``forward``, properties,
-   ...). A forbidden
+   ...). A Triton kernel counts as the function it wraps (``.fn`` of ``triton.jit``'s object, of the
+   interpreter's, of ``autotune``/``heuristics``), also at its ``def`` line: Triton's interpreter runs
+   the kernel compiled again from its source from the ``def`` on, so under any jit (``triton.jit(
+   kernel.fn)``, a copy of the module, a device-function call) what runs has the kernel's file, name and
+   ``def`` line. While the interpreter runs a launch (``GridExecutor.__call__``, hundreds of thousands
+   of calls of its own) the cheaper trace hook replaces the profiler until the launch returns: it sees
+   every Python call, no C call (the torch watchers stay on). A forbidden
    built-in (``torch.nn.functional.scaled_dot_product_attention`` is ``torch._C._nn``'s) is known by
    identity, however it was reached (``operator.attrgetter``, ``getattr(__import__(...))``,
    ``functools.partial``, ``eval`` of a string, ...).
@@ -261,6 +267,10 @@ def _functions_of(obj: Any, seen: set[int] | None = None) -> Iterator[Any]:
         # a method of a built-in class (the autograd engine's run_backward) is bound anew on every
         # access, so it is matched by its owner class and name (Guard._methods), not by identity
         yield obj
+    elif type(obj).__module__.partition(".")[0] == "triton" and getattr(obj, "fn", None) is not None:
+        # a Triton kernel (triton.jit's JITFunction, the interpreter's InterpretedFunction, autotune and
+        # heuristics wrappers): the Python function it wraps, however often wrapped
+        yield from _functions_of(obj.fn, seen)
 
 
 def _qualname(code: types.CodeType) -> str:
@@ -275,6 +285,24 @@ def _place(code: types.CodeType) -> tuple[str, str, int] | None:
         return (os.path.realpath(name), _qualname(code), code.co_firstlineno)
     except (OSError, ValueError):
         return None
+
+
+def _def_line(code: types.CodeType) -> int:
+    """The line of a decorated function's ``def`` (its ``co_firstlineno`` is its first decorator's
+    line), as Triton finds it: where Triton's interpreter puts the first line of the kernel it
+    compiles again from the source. ``co_firstlineno`` where the function has no decorator."""
+    import linecache
+
+    first = code.co_firstlineno
+    if not linecache.getline(code.co_filename, first).lstrip().startswith("@"):
+        return first
+    for line in range(first + 1, first + 200):  # past the decorators and their arguments
+        text = linecache.getline(code.co_filename, line)
+        if not text:
+            break
+        if text.lstrip().startswith(("def ", "async def ")):
+            return line
+    return first
 
 
 def _op_name(func: Any) -> str | None:
@@ -470,6 +498,11 @@ class Guard:
         place = _place(code)
         if place is not None:
             self._by_place.setdefault(place, label)
+            # the same function compiled again from its source, from the ``def`` on and at the top
+            # level: what Triton's interpreter runs for a kernel, whichever jit wrapped it
+            line = _def_line(code)
+            self._by_place.setdefault((place[0], place[1], line), label)
+            self._by_place.setdefault((place[0], code.co_name, line), label)
 
     @property
     def uses_torch(self) -> bool:
@@ -506,7 +539,7 @@ class Guard:
             code = frame.f_code
             seen = self._seen.get(id(code))
             label = seen[1] if seen is not None and seen[0] is code else self._classify_code(code)
-            if label is not None:
+            if label is not None and label is not _LAUNCH:
                 return True
             frame = frame.f_back
         return False
@@ -540,6 +573,39 @@ class Guard:
         closed = self._closed_threads
         ident = threading.get_ident
 
+        def classify_call(code: types.CodeType) -> str | None:
+            return _LAUNCH if code is _interpreter_launch_code() else classify(code)
+
+        def trace_calls(frame: Any, event: str, arg: Any) -> None:
+            """The trace hook during a launch in Triton's interpreter: each Python call, as the profiler sees it."""
+            if event == "call" and guard._depth:
+                code = frame.f_code
+                found = seen_get(id(code))
+                if found is None or found[0] is not code:
+                    found = seen[id(code)] = (code, classify_call(code))
+                if found[1] is not None and found[1] is not _LAUNCH:
+                    record(found[1], frame.f_back)
+
+        def launch(frame: Any) -> None:
+            """Triton's interpreter launches a kernel (``frame`` runs ``GridExecutor.__call__``): hundreds of
+            thousands of Python and C calls of the interpreter's own, which the profiler would slow down five
+            times. Until the launch returns, the cheaper trace hook (:func:`trace_calls`) watches instead: it
+            sees every Python call (the kernel that the interpreter compiled again from its source, device
+            functions, anything a kernel calls) but no C call, and the torch modes stay on."""
+            restore, previous_trace = sys.getprofile(), sys.gettrace()
+
+            def on_exit(f: Any, event: str, arg: Any) -> Any:
+                if event == "return":
+                    sys.settrace(previous_trace)
+                    if sys.getprofile() is None:  # else replaced inside the launch: tampering, noted after the call
+                        sys.setprofile(restore)
+                return on_exit
+
+            sys.setprofile(None)
+            sys.settrace(trace_calls)
+            frame.f_trace_lines = False
+            frame.f_trace = on_exit
+
         def in_thread(frame: Any, event: str, arg: Any) -> None:
             """The profile function of the other threads (those the call starts): the call thread's
             recording is watched by the dispatch mode, theirs only here, at each Python event."""
@@ -559,9 +625,12 @@ class Guard:
                 code = frame.f_code
                 found = seen_get(id(code))
                 if found is None or found[0] is not code:
-                    found = seen[id(code)] = (code, classify(code))
+                    found = seen[id(code)] = (code, classify_call(code))
                 if found[1] is not None:
-                    record(found[1], frame.f_back)
+                    if found[1] is _LAUNCH:
+                        launch(frame)
+                    else:
+                        record(found[1], frame.f_back)
             elif event == "c_call":
                 found = builtins_get(id(arg))
                 if found is not None and found[0] is arg:
@@ -645,6 +714,17 @@ class Guard:
             )
         except Exception:  # noqa: BLE001 - private helpers moved: do not claim tampering
             return True
+
+
+#: the label of a kernel launch in Triton's interpreter (not a hit): see ``Guard._make_profiler``'s ``launch``
+_LAUNCH = "<a kernel launch in Triton's interpreter>"
+
+
+def _interpreter_launch_code() -> types.CodeType | None:
+    """The code of Triton's interpreter that runs a kernel's grid, where triton's interpreter is imported."""
+    module = sys.modules.get("triton.runtime.interpreter")
+    executor = getattr(module, "GridExecutor", None)
+    return getattr(vars(executor).get("__call__"), "__code__", None) if isinstance(executor, type) else None
 
 
 def _restore_profile(prev: Any) -> None:
