@@ -1,4 +1,4 @@
-"""The student-facing release (``python -m attngrade.build.release``, ``make release``).
+"""The student-facing release (``python -m attngrade release``, ``make release``).
 
 The release is built once into a temporary folder from the built homework, without the website
 (the strict book build takes about a minute; ``make release`` runs it). Then every file of it, and
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from attngrade import cli
 from attngrade.build import release as rel
 from attngrade.build.assign import build
 from attngrade.build.master import norm, solution_and_prompt_lines, solution_only_lines
@@ -297,7 +298,7 @@ def test_command_line_replaces_a_previous_release(homeworks, tmp_path, capsys, m
     monkeypatch.setattr(rel, "all_homework", lambda: homeworks)
     out = tmp_path / "course"
     for _ in range(2):  # the second run replaces the first
-        assert rel.main(["--no-book", "--no-assign", "--no-source", "--out", str(out)]) == 0
+        assert cli.main(["release", "--no-book", "--no-assign", "--no-source", "--out", str(out)]) == 0
     assert "none found" in capsys.readouterr().out
     assert (out / rel.MARKER).exists() and not (out / "source").exists()
     assert not list(tmp_path.glob(".release-*")), "temporary folders left behind"
