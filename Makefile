@@ -8,18 +8,24 @@ TORCH ?= torch==2.13.0
 # Jupyter refuses to start as root unless told it may
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
-.PHONY: system setup book test test-quick lint lab clean assignments bench publish release check-seeds check-otter bench-flash check-gpu
+.PHONY: help system setup book test test-quick lint lab clean assignments bench publish release check-seeds check-otter bench-flash check-gpu
 
 # Debian/Ubuntu packages: bubblewrap (the grader's sandboxes) and chromium-headless-shell (the browser
 # test: Chromium's engine without the desktop browser around it, the build Playwright itself uses for
 # headless runs; the browser tests take about a tenth less CPU with it than with the full chromium,
 # which they also accept). Installed with apt-get as root, or through sudo; skipped when both are there.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+# `make` alone lists the targets: each documented target's line ends with `## what it does`
+.DEFAULT_GOAL := help
+help:  ## list the documented targets
+	@awk -F ':.*## ' '/^[a-zA-Z_-]+:.*## / { printf "  %-13s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
 system:  ## install the system packages the course needs (bubblewrap, chromium-headless-shell)
 	@if command -v bwrap >/dev/null && command -v chromium-headless-shell >/dev/null; then echo "bubblewrap and chromium-headless-shell are installed"; \
 	else $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq bubblewrap chromium-headless-shell >/dev/null; fi
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed  ## create .venv and install the course with its test tools (the CPU build of PyTorch here)
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,9 +40,10 @@ book: setup  ## build the website into _build/html (strict: any warning fails)
 	$(BIN)/jupyter-book build -W -n --keep-going .
 
 # parallel test workers (pytest-xdist), each taking units of work (a file, or a part a file marks: tests/units.py),
-# longest first (conftest.py ORDER); the book build waits for the chapters
+# longest first, chapters before the book build before the browser (tests/plugins/units.py); the run ends with a
+# table of where its time went (tests/plugins/time_table.py)
 TEST_JOBS ?= 2
-test: lint  ## the whole check: lint, every chapter (nbval, once), the package, homework and grader tests, the strict book build and the browser tests
+test: lint  ## the whole check: lint, every chapter (nbval, once), the package, homework and grader tests, the strict book build and the browser tests; ends with where the time went
 	$(BIN)/python -m pytest -n $(TEST_JOBS)
 
 test-quick: setup  ## the package's own tests only (no chapters, homework, grader or website): the inner loop
@@ -45,10 +52,10 @@ test-quick: setup  ## the package's own tests only (no chapters, homework, grade
 # seeds the chapters' texts do not use (each training chapter's own SEED line is 0)
 SEEDS ?= 1 2 3 4 5
 check-seeds: setup  ## run the chapters that train models with other seeds (SEEDS="1 2 3 4 5") and print each claim's worst margin; minutes, not part of make test
-	$(BIN)/python tests/check_seeds.py --seeds $(SEEDS)
+	$(BIN)/python tools/check_seeds.py --seeds $(SEEDS)
 
 check-otter: setup  ## grade every honest habit and each homework's comparing notebook with `otter run` (Gradescope) and the class grader, and report any score that differs; minutes, not part of make test
-	$(BIN)/python -m tests.check_otter
+	$(BIN)/python -m tools.check_otter
 
 lint: setup  ## ruff: the rules in pyproject.toml, and the formatting
 	$(BIN)/ruff check
@@ -77,5 +84,5 @@ publish: book  ## push the built site to the gh-pages branch of the repository (
 lab: setup  ## open the chapters as notebooks in JupyterLab
 	$(BIN)/jupyter lab $(ALLOW_ROOT) book/
 
-clean:
+clean:  ## remove the built site, pytest's cache and hypothesis's database
 	rm -rf _build .pytest_cache .hypothesis

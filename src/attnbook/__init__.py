@@ -10,34 +10,45 @@ folder per topic. A wing imports only the wings below it in this order and never
 
 * :mod:`attnbook.validators`: the argument checks every wing uses (the ground);
 * :mod:`attnbook.core`: the formulas of chapters 1, 2 and 4: softmax, masks (every layout, its
-  validation and application), attention, hard attention, the score functions, and ``formal``
-  (the column-convention versions of *Formal Algorithms for Transformers*);
+  validation and application), attention, hard attention, the score functions, and
+  ``column_convention`` (*Formal Algorithms for Transformers* with tokens as columns, re-exported
+  here as ``attnbook.formal``, the name the course specification gives it);
 * :mod:`attnbook.positions`: chapters 5, 6 and 9's positions: sinusoidal encodings, rotary, ALiBi,
   permutations and equivariance;
-* :mod:`attnbook.heads`: chapters 3 and 9's heads: multi-head and grouped-query attention (latent
-  attention will go here);
+* :mod:`attnbook.heads`: chapters 3, 9 and 13's heads: multi-head, grouped-query and latent
+  attention (naive and absorbed, its cache of latents), attention with sink logits, and the cache's
+  bytes per token for each scheme;
 * :mod:`attnbook.efficient`: chapter 8: the online softmax, tiled attention, the key-value cache,
-  sliding windows and block-sparse layouts;
-* :mod:`attnbook.programs`, :mod:`attnbook.linear`: homes for chapter 12 (masks as programs) and
-  chapter 14 (linear attention); chapter 13 (the cache at scale) goes to ``heads`` and ``efficient``;
+  sliding windows and block-sparse layouts; chapter 13's streaming cache (sink tokens and a
+  rolling window);
+* :mod:`attnbook.programs`: chapter 12, masks as programs: packed documents (document ids,
+  ``cu_seqlens``, positions that restart), mask and score functions in FlexAttention's signature
+  (``mask_mod``, ``score_mod``: document, sliding window, prefix-LM, soft-capping, ALiBi), and the
+  tiles a kernel may skip;
+* :mod:`attnbook.linear`: the home of chapter 14 (linear attention); chapter 13 (the cache at
+  scale) goes to ``heads`` and ``efficient``;
 * :mod:`attnbook.kernels`: chapter 11's backward pass and FlashAttention-2 in PyTorch tiles and
   Triton. Importing it sets ``TRITON_INTERPRET=1`` on a machine without CUDA when the variable is
   unset, so that Triton's interpreter runs the kernels on the CPU (triton itself is imported only
   when a kernel first runs);
 * :mod:`attnbook.models`: chapters 4, 7 and 10's models (blocks, configs, the sequence model, the
   encoder-decoder), their tasks and training, and interpretability (with ``ablate_head``);
-* :mod:`attnbook.lab`: the tools of the lab bench: device, sampling, memory, traffic, margins and
-  the benchmarks (``python -m attnbook.lab.bench``, ``python -m attnbook.lab.bench_flash``);
+* :mod:`attnbook.lab`: the tools of the lab bench: the device, seeded random tensors
+  (``random_tensors.seeded_randn``), peak memory (``memory``), the bytes each operation moves
+  (``memory_traffic``), thresholds of trained-model claims that record their margins for ``make
+  check-seeds`` (``thresholds``) and the benchmarks (``python -m attnbook.lab.bench``,
+  ``python -m attnbook.lab.bench_flash``);
 * :mod:`attnbook.figures`: plots and diagrams in one style (:mod:`attnbook.figures.style`).
 
-The modules that the face exported before the wings (``formal``, ``interpretability``, ``models``,
-``tasks``, ``training``, ``kernels``, ``plotting``) stay attributes of the face. No module shares
-its dotted name with a function: ``attnbook.softmax`` is the function, and its module is
+The modules that the face exported before the wings (``formal``, now the module
+``attnbook.core.column_convention``; ``interpretability``, ``models``, ``tasks``, ``training``,
+``kernels``, ``plotting``) stay attributes of the face; ``sampler`` is now ``seeded_randn``. No
+module shares its dotted name with a function: ``attnbook.softmax`` is the function, and its module is
 ``attnbook.core.softmax``.
 """
 
 from . import kernels, models
-from .core import formal
+from .core import column_convention as formal
 from .core.attention import attention, attention_scores
 from .core.hard_attention import hard_attention
 from .core.masks import (
@@ -54,9 +65,29 @@ from .core.softmax import softmax
 from .efficient.kv_cache import KVCache
 from .efficient.online_softmax import online_softmax
 from .efficient.sliding_window import block_layout, block_sparse_mask, sliding_window_attention, sliding_window_mask
+from .efficient.streaming import RollingKVCache, StreamingCache, streaming_mask, streaming_positions
 from .efficient.tiled_attention import tiled_attention
+from .heads.cache_accounting import cache_bytes, cache_bytes_per_token, cache_numbers_per_token
 from .heads.grouped_query import grouped_query_attention, kv_cache_bytes
+from .heads.latent import (
+    LatentCache,
+    MultiHeadLatentAttention,
+    absorb_query,
+    absorbed_output_weight,
+    absorbed_query_weight,
+    absorbed_rotary_scores,
+    down_project,
+    latent_attention_absorbed,
+    latent_attention_naive,
+    latent_decode_flops,
+    rms_norm,
+    rotary_key,
+    rotary_on_latent_keys_scores,
+    rotary_queries,
+    up_project,
+)
 from .heads.multi_head import MultiHeadAttention
+from .heads.sinks import sink_attention, sinks_as_virtual_key
 from .kernels.attention_backward import attention_backward, backward_delta, log_sum_exp, probabilities_from_lse
 from .kernels.flash_attention import (
     FlashAttention,
@@ -72,7 +103,7 @@ from .kernels.flash_triton import (
     flash_triton_forward,
 )
 from .lab.device import default_device
-from .lab.sampling import sampler
+from .lab.random_tensors import seeded_randn
 from .models import interpretability, tasks, training
 from .positions.alibi import alibi_bias, alibi_bias_for_positions, alibi_slopes
 from .positions.equivariance import best_equivariant_accuracy, equivariant_accuracy, equivariant_accuracy_bound
@@ -84,8 +115,88 @@ from .positions.permutations import (
 )
 from .positions.rotary import apply_rotary, half_to_interleaved, interleaved_to_half, rotary_angles, rotary_permutation
 from .positions.sinusoidal import pair_rotation, shift_matrix, sinusoid_frequencies, sinusoidal_encoding
+from .programs.block_masks import TileCounts, block_sparse_attention, count_tiles, tile_kinds, tile_kinds_from_mask_mod
+from .programs.documents import (
+    cu_seqlens_from_document_ids,
+    cu_seqlens_from_lengths,
+    document_causal_mask,
+    document_causal_mask_from_cu_seqlens,
+    document_ids_from_cu_seqlens,
+    document_ids_from_lengths,
+    position_ids_from_cu_seqlens,
+    position_ids_from_document_ids,
+)
+from .programs.mask_mods import (
+    and_masks,
+    causal_mask_mod,
+    document_mask_mod,
+    mask_from_mask_mod,
+    or_masks,
+    prefix_lm_mask,
+    prefix_lm_mask_mod,
+    sliding_window_mask_mod,
+)
+from .programs.score_mods import (
+    alibi_score_mod,
+    attention_with_mods,
+    scores_from_score_mod,
+    softcap,
+    softcap_score_mod,
+)
 
 __all__ = [
+    # chapter 13: the cache at scale (attnbook.heads.latent, .sinks, .cache_accounting; attnbook.efficient.streaming)
+    "LatentCache",
+    "MultiHeadLatentAttention",
+    "RollingKVCache",
+    "StreamingCache",
+    "absorb_query",
+    "absorbed_output_weight",
+    "absorbed_query_weight",
+    "absorbed_rotary_scores",
+    "cache_bytes",
+    "cache_bytes_per_token",
+    "cache_numbers_per_token",
+    "down_project",
+    "latent_attention_absorbed",
+    "latent_attention_naive",
+    "latent_decode_flops",
+    "rms_norm",
+    "rotary_key",
+    "rotary_on_latent_keys_scores",
+    "rotary_queries",
+    "sink_attention",
+    "sinks_as_virtual_key",
+    "streaming_mask",
+    "streaming_positions",
+    "up_project",
+    # chapter 12: masks as programs (attnbook.programs)
+    "TileCounts",
+    "block_sparse_attention",
+    "count_tiles",
+    "tile_kinds",
+    "tile_kinds_from_mask_mod",
+    "cu_seqlens_from_document_ids",
+    "cu_seqlens_from_lengths",
+    "document_causal_mask",
+    "document_causal_mask_from_cu_seqlens",
+    "document_ids_from_cu_seqlens",
+    "document_ids_from_lengths",
+    "position_ids_from_cu_seqlens",
+    "position_ids_from_document_ids",
+    "and_masks",
+    "causal_mask_mod",
+    "document_mask_mod",
+    "mask_from_mask_mod",
+    "or_masks",
+    "prefix_lm_mask",
+    "prefix_lm_mask_mod",
+    "sliding_window_mask_mod",
+    "alibi_score_mod",
+    "attention_with_mods",
+    "scores_from_score_mod",
+    "softcap",
+    "softcap_score_mod",
     "alibi_bias",
     "alibi_bias_for_positions",
     "alibi_slopes",
@@ -148,7 +259,7 @@ __all__ = [
     "shift_matrix",
     "sinusoid_frequencies",
     "sinusoidal_encoding",
-    "sampler",
+    "seeded_randn",
     "softmax",
 ]
 __version__ = "0.1.0"

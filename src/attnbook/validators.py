@@ -24,7 +24,11 @@ The validators:
 * :func:`check_number`, :func:`check_reals`, :func:`check_dtype`, :func:`check_type`,
   :func:`check_one_of`, :func:`check_values`: other arguments;
 * :func:`check_lengths`, :func:`check_permutation`: lists of indices;
-* :func:`check_formal_heads`: the heads of :func:`attnbook.core.formal.mh_attention`;
+* :func:`check_document_lengths`, :func:`check_cu_seqlens`, :func:`check_document_ids`,
+  :func:`check_prefix_length`, :func:`check_mod_output`: packed documents and masks as programs (chapter 12);
+* :func:`check_column_convention_heads`: the heads of :func:`attnbook.core.column_convention.mh_attention`;
+* :func:`check_latent_width`, :func:`check_rotary_width`, :func:`check_sink_window`,
+  :func:`check_sink_logits`: the sizes of chapter 13's latent attention, sinks and streaming cache;
 * :func:`skip_checks`: switch the validators off for the calls inside a block (:func:`checks_skipped`
   says whether they are off, for checks written elsewhere).
 
@@ -57,7 +61,16 @@ __all__ = [
     "check_values",
     "check_lengths",
     "check_permutation",
-    "check_formal_heads",
+    "check_document_lengths",
+    "check_cu_seqlens",
+    "check_document_ids",
+    "check_prefix_length",
+    "check_mod_output",
+    "check_column_convention_heads",
+    "check_latent_width",
+    "check_rotary_width",
+    "check_sink_window",
+    "check_sink_logits",
     "skip_checks",
     "checks_skipped",
     # the pieces of check_shapes
@@ -268,6 +281,190 @@ def _size_error(label, factors, expected, name, x, spec, source, tensors) -> Non
 # ---------------------------------------------------------------- masks and attention
 
 
+# ---------------------------------------------------------------- the cache at scale (chapter 13)
+
+
+def check_latent_width(d_latent: object, d_model: object, name: str = "d_latent") -> None:
+    """Raise ``ValueError`` unless the latent width is a positive int no wider than the model: a
+    latent as wide as d_model compresses nothing, a wider one stores more than the input itself."""
+    check_sizes(**{name: d_latent}, d_model=d_model)
+    if d_latent > d_model:
+        raise ValueError(
+            f"{name} = {d_latent} is wider than the model (d_model = {d_model}); the latent compresses the "
+            f"token's d_model features, so {name} must be at most {d_model}"
+        )
+
+
+def check_rotary_width(d_rope: object, d_head: object, name: str = "d_rope") -> None:
+    """Raise ``ValueError`` unless the rotary width is a positive even int no wider than a head's
+    width ``d_head`` (the rotary features are rotated in pairs and sit beside the head's own)."""
+    check_sizes(**{name: d_rope}, d_head=d_head)
+    if d_rope % 2:
+        raise ValueError(f"{name} = {d_rope} is odd; rotary features are rotated in pairs, so {name} must be even")
+    if d_rope > d_head:
+        raise ValueError(
+            f"{name} = {d_rope} is wider than a head (d_head = {d_head}); the rotary part of a query or key "
+            f"is a small addition to the head's d_head features, at most {d_head} wide"
+        )
+
+
+def check_sink_window(window: object, num_sinks: object) -> None:
+    """Raise ``ValueError`` unless ``window`` (the keys a query sees, sink tokens included) is larger
+    than ``num_sinks`` (the first tokens kept for ever): the query itself needs a place beside them."""
+    check_sizes(window=window)
+    check_sizes(minimum=0, num_sinks=num_sinks)
+    if window <= num_sinks:
+        raise ValueError(
+            f"window = {window} keys must exceed num_sinks = {num_sinks}: the window holds the {num_sinks} sink "
+            f"tokens and at least the current token, so window >= {num_sinks + 1}"
+        )
+
+
+def check_sink_logits(sinks: object, num_heads: int, scores_shape: Sequence[int] | None = None) -> None:
+    """Raise ``TypeError`` unless ``sinks`` is a floating tensor, ``ValueError`` unless it holds one
+    logit per head, shape (num_heads,) (``scores_shape`` (..., H, n, m) names the scores it joins)."""
+    check_floating("sinks", sinks)
+    if tuple(sinks.shape) != (num_heads,):
+        scores = f" for scores of shape {tuple(scores_shape)} (..., H, n, m)" if scores_shape is not None else ""
+        raise ValueError(
+            f"sinks must hold one logit per head, shape ({num_heads},){scores}, got shape {tuple(sinks.shape)}"
+        )
+
+
+# ---------------------------------------------------------------- packed documents (chapter 12)
+
+
+def _shown(values: Sequence[int], limit: int = 16) -> str:
+    """A list of ints for a message, cut after ``limit`` entries."""
+    values = list(values)
+    if len(values) <= limit:
+        return str(values)
+    return f"[{', '.join(map(str, values[:limit]))}, ...] ({len(values)} entries)"
+
+
+def check_document_lengths(lengths: object, n: object = None) -> None:
+    """Check the lengths of the documents packed into one row (chapter 12): a list of ints or a 1-D
+    integer tensor, every length >= 1, summing to ``n`` when it is given.
+
+    A zero or negative length is refused: a document holds at least one token (an empty one has no
+    token to carry its id, and would give two equal offsets in ``cu_seqlens``); drop empty documents
+    before packing. Lengths that do not sum to the row's ``n`` are refused too: packed documents fill
+    their row exactly (pad with a document of its own).
+    """
+    _check_int_vector("lengths", lengths)
+    values = lengths.tolist() if isinstance(lengths, torch.Tensor) else list(lengths)
+    check_sizes(minimum=0, n=n)
+    bad = [(d, x) for d, x in enumerate(values) if x < 1]
+    if bad:
+        d, x = bad[0]
+        raise ValueError(
+            f"every document length must be >= 1 (a document holds at least one token; drop empty documents "
+            f"before packing), got lengths {_shown(values)} with lengths[{d}] = {x}"
+        )
+    if n is not None and sum(values) != n:
+        fix = f" (pad the row with a document of its own: lengths + [{n - sum(values)}])" if sum(values) < n else ""
+        raise ValueError(
+            f"the document lengths {_shown(values)} sum to {sum(values)}, but the row has n = {n} tokens: packed "
+            f"documents must fill the row exactly{fix}"
+        )
+
+
+def check_cu_seqlens(cu_seqlens: object, n: object = None) -> None:
+    """Check cumulative sequence lengths, the variable-length layout of FlashAttention's varlen API
+    (chapter 12): a 1-D int32 (or int64) tensor of D + 1 offsets, starting at 0 and strictly
+    increasing (every document holds at least one token), ending at ``n`` when it is given."""
+    if _SKIPPING.get():
+        return
+    check_tensor("cu_seqlens", cu_seqlens)
+    if cu_seqlens.dtype not in (torch.int32, torch.int64):
+        raise TypeError(
+            f"cu_seqlens must be an int32 tensor (the offsets of FlashAttention's varlen layout; int64 is "
+            f"accepted too), got dtype {cu_seqlens.dtype} with shape {tuple(cu_seqlens.shape)}"
+        )
+    if cu_seqlens.ndim != 1 or cu_seqlens.numel() == 0:
+        raise ValueError(
+            f"cu_seqlens must be 1-D with D + 1 >= 1 entries (0, then the end of each of the D documents), "
+            f"got shape {tuple(cu_seqlens.shape)}"
+        )
+    check_sizes(minimum=0, n=n)
+    values = cu_seqlens.tolist()
+    if values[0] != 0:
+        raise ValueError(f"cu_seqlens must start at 0 (the offset of the first document), got {_shown(values)}")
+    for d in range(1, len(values)):
+        if values[d] <= values[d - 1]:
+            raise ValueError(
+                f"cu_seqlens must increase strictly (every document holds at least one token), got "
+                f"{_shown(values)}: cu_seqlens[{d}] = {values[d]} is not above cu_seqlens[{d - 1}] = {values[d - 1]}"
+            )
+    if n is not None and values[-1] != n:
+        raise ValueError(f"cu_seqlens {_shown(values)} ends at {values[-1]}, but the row has n = {n} tokens")
+
+
+def check_document_ids(document_ids: object) -> None:
+    """Check document ids (chapter 12): an integer tensor (..., n), one id per token, in which every
+    document is one contiguous run of tokens in each row (an id that reappears after another
+    document is refused: the documents of a packed row do not interleave). The ids themselves may be
+    any integers."""
+    if _SKIPPING.get():
+        return
+    check_tensor("document_ids", document_ids)
+    if document_ids.is_floating_point() or document_ids.is_complex() or document_ids.dtype == torch.bool:
+        raise TypeError(
+            f"document_ids must be an integer tensor (one document id per token), got dtype {document_ids.dtype} "
+            f"with shape {tuple(document_ids.shape)}"
+        )
+    check_ndim("document_ids", document_ids, 1, "(..., n)", at_least=True)
+    if document_ids.shape[-1] < 2:
+        return
+    changes = document_ids[..., 1:] != document_ids[..., :-1]  # (..., n - 1): a new run starts at i + 1
+    runs = 1 + changes.sum(dim=-1)  # (...,)
+    ordered = document_ids.sort(dim=-1).values  # (..., n)
+    distinct = 1 + (ordered[..., 1:] != ordered[..., :-1]).sum(dim=-1)  # (...,)
+    broken = (runs != distinct).nonzero()
+    if len(broken):
+        row = tuple(broken[0].tolist())
+        ids = document_ids[row].tolist()
+        seen, where = set(), ""
+        for i, x in enumerate(ids):
+            if x in seen and x != ids[i - 1]:
+                where = f"document {x} appears again at position {i}, after document {ids[i - 1]}"
+                break
+            seen.add(x)
+        in_row = f" in row {row[0] if len(row) == 1 else row}" if row else ""
+        raise ValueError(
+            f"document ids must be contiguous (each document one run of tokens), but{in_row} {where}: "
+            f"ids {_shown(ids)} of shape {tuple(document_ids.shape)}"
+        )
+
+
+def check_prefix_length(prefix_length: object, n: object = None) -> None:
+    """Check the prefix of a prefix-LM mask (chapter 12): an int in [0, n] (0 is the causal mask, n a
+    bidirectional row)."""
+    check_sizes(minimum=0, prefix_length=prefix_length)
+    check_sizes(minimum=0, n=n)
+    if n is not None and prefix_length > n:
+        raise ValueError(f"prefix_length = {prefix_length} is longer than the row (n = {n} tokens)")
+
+
+def check_mod_output(name: str, out: object, shape: Sequence[int], dtype: torch.dtype) -> None:
+    """Check what a ``mask_mod`` or ``score_mod`` returned (chapter 12): a tensor of ``dtype`` (boolean
+    for a mask_mod, the scores' dtype for a score_mod) that broadcasts to ``shape`` = (batch, heads,
+    n, m) without enlarging it."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(
+            f"{name} must return a tensor (it is called with index tensors b, h, q_idx, kv_idx and combines them "
+            f"with tensor operations such as >=, & and |), got {type(out).__name__}"
+        )
+    if out.dtype != dtype:
+        raise TypeError(f"{name} must return a tensor of dtype {dtype}, got {out.dtype} with shape {tuple(out.shape)}")
+    fits = out.ndim <= len(shape) and all(a in (b, 1) for a, b in zip(reversed(out.shape), reversed(shape)))
+    if not fits:
+        raise ValueError(
+            f"{name} returned shape {tuple(out.shape)}, which does not broadcast to (batch, heads, n, m) = "
+            f"{tuple(shape)} without enlarging it"
+        )
+
+
 # ---------------------------------------------------------------- other arguments
 
 
@@ -391,11 +588,11 @@ def check_permutation(perm: object) -> None:
         raise ValueError(f"perm must contain each of 0..{len(values) - 1} exactly once, got {values}")
 
 
-def check_formal_heads(heads: Sequence[Sequence[object]], W_o: object, b_o: object) -> None:
-    """Check the heads of :func:`attnbook.core.formal.mh_attention`: H >= 1 tuples (W_q, b_q, W_k, b_k, W_v,
+def check_column_convention_heads(heads: Sequence[Sequence[object]], W_o: object, b_o: object) -> None:
+    """Check the heads of :func:`attnbook.core.column_convention.mh_attention`: H >= 1 tuples (W_q, b_q, W_k, b_k, W_v,
     b_v), whose W_v (d_mid_h, d_z) gives the value width of head h; W_o either the list of the H
     blocks (d_out, d_mid_h) or their concatenation (d_out, sum of d_mid_h); b_o (d_out,). (Each
-    head's own weights are checked by :func:`attnbook.core.formal.attention`.)"""
+    head's own weights are checked by :func:`attnbook.core.column_convention.attention`.)"""
     if not heads:
         raise ValueError("heads must hold at least one (W_q, b_q, W_k, b_k, W_v, b_v) tuple")
     for h, params in enumerate(heads):

@@ -1,4 +1,18 @@
-"""``attnbook-grade`` / ``python -m attngrade``: grade a folder of submitted notebooks.
+"""The one command line of the course's grader: ``attnbook-grade`` and ``python -m attngrade``.
+
+This module holds the only parser. Each command is one function of its stage's module, called
+with the command's options as keyword arguments (as otter-grader's ``cli.py`` does), so a script
+can call the same function without building an argument list:
+
+* ``grade``: :func:`attngrade.grading.run.grade`, grade a folder of submissions (the default
+  command: ``attnbook-grade HOMEWORK FOLDER``);
+* ``assign``: :func:`attngrade.authoring.assign.main`, every homework's student version and autograder;
+* ``release``: :func:`attngrade.authoring.release.main`, the student-facing course;
+* ``bench``: :func:`attngrade.authoring.bench.main`, grading speed against otter's;
+* ``export``: :func:`attngrade.grading.export.main`, a gradebook as the file an LMS imports;
+* ``course-report``: :func:`attngrade.grading.course_report.main`, what the class got wrong, every
+  homework;
+* ``sample-class``: :func:`attngrade.authoring.sample_class.main`, a class made of a homework's mutants.
 
 Example::
 
@@ -10,32 +24,105 @@ on all cores (``--jobs``), each submission in a bubblewrap sandbox, and ``tests.
 fingerprint of every test case). ``--only alice bob`` re-grades some students and merges them into
 the existing gradebook; ``--compare OLD/gradebook.csv`` writes ``comparison.md`` and
 ``comparison.csv`` (every score that moved, lowered ones first, and the tests that changed:
-:mod:`attngrade.grading.compare`); ``--export canvas|moodle --roster ROSTER.csv`` writes the file
-that LMS imports (:mod:`attngrade.grading.export`: ``--assignment 'Title (id)'`` names the LMS item,
-by default the homework's name; ``--points N`` or ``--percent`` scales the scores to its points;
-``python -m attngrade export`` does the same for an existing gradebook). Exit status: 0 when every
-row was graded, 1 when a row has ``status=error`` (the grader failed, not the student), 2 for bad
-arguments, a missing sandbox, or an export the roster or the LMS's identifiers refuse (the
-gradebook is written; the export is not, and an earlier export file of that name is removed).
+:mod:`attngrade.grading.compare`); ``--export FORMAT --roster ROSTER.csv`` writes the file that
+LMS imports (:mod:`attngrade.grading.export`, whose ``FORMATS`` are the choices:
+``--assignment 'Title (id)'`` names the LMS item, by default the homework's name; ``--points N`` or
+``--percent`` scales the scores to its points; ``python -m attngrade export`` does the same for an
+existing gradebook). The exit status of ``grade`` is :func:`attngrade.grading.run.grade`'s: 0 when
+every row was graded, 1 when a row has ``status=error`` (the grader failed, not the student), 2 for
+bad arguments, a missing sandbox, or an export the roster or the LMS's identifiers refuse.
+
+The functions are imported when their command runs: ``--help`` imports no torch.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 
-from .homework import DEFAULT_LIMITS, load_homework
+from .grading.export import FORMATS
+from .homework import DEFAULT_LIMITS
+
+# -- the commands: each passes its options on, as keyword arguments, to its stage's function --------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="attnbook-grade",
-        description="Grade a folder of submitted notebooks for one homework, each in its own bubblewrap sandbox.",
-        epilog="The other commands: python -m attngrade assign | release | bench | export | course-report | sample-class (each with --help).",
+def _grade(**options) -> int:
+    from .authoring.assign import build
+    from .grading.run import grade
+
+    return grade(build=build, **options)
+
+
+def _assign(**options) -> int:
+    from .authoring.assign import main
+
+    return main(**options)
+
+
+def _release(**options) -> int:
+    from .authoring.release import main
+
+    return main(**options)
+
+
+def _bench(**options) -> int:
+    from .authoring.bench import main
+
+    return main(**options)
+
+
+def _export(**options) -> int:
+    from .grading.export import main
+
+    return main(**options)
+
+
+def _course_report(**options) -> int:
+    from .grading.course_report import main
+
+    return main(**options)
+
+
+def _sample_class(**options) -> int:
+    from .authoring.sample_class import main
+
+    return main(**options)
+
+
+# -- the options ----------------------------------------------------------------------------------
+
+
+def _export_options(p: argparse.ArgumentParser, *, required: bool) -> None:
+    """The options of an LMS export: ``grade --export FORMAT ...`` and ``export --format FORMAT ...``."""
+    p.add_argument(
+        "--format" if required else "--export",
+        dest="lms",
+        required=required,
+        default=None,
+        choices=list(FORMATS),
+        help="the LMS whose import file to write" + ("" if required else " (needs --roster)"),
     )
+    p.add_argument(
+        "--roster",
+        required=required,
+        default=None,
+        help="CSV with columns submission,id[,name,email,username,sis_user_id,sis_login_id,section], "
+        "or Canvas's own gradebook export",
+    )
+    p.add_argument(
+        "--assignment",
+        default=None,
+        help="the LMS item's name: for Canvas 'Title (id)' with the id in the assignment's URL, or its "
+        "exact title (default: the homework's name)",
+    )
+    scale = p.add_mutually_exclusive_group()
+    scale.add_argument("--points", type=float, default=None, help="scale the scores to the LMS item's N points")
+    scale.add_argument("--percent", action="store_true", help="scale the scores to 100 (same as --points 100)")
+    p.add_argument("--missing-as-zero", action="store_true", help="give roster students without a row 0")
+
+
+def _grade_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("homework", help="homework name (hw01), its folder, or its master notebook")
     p.add_argument(
         "submissions",
@@ -75,9 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"memory a submission may allocate, MiB (default {DEFAULT_LIMITS['memory_mb']})",
     )
-    from .grading.export import add_export_options
-
-    add_export_options(p, required=False)
+    _export_options(p, required=False)
     p.add_argument(
         "--compare",
         default=None,
@@ -91,182 +176,155 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="grade WITHOUT isolation (no bubblewrap): only for notebooks you trust",
     )
-    return p
 
 
-#: the other commands of ``python -m attngrade`` (the module whose ``main(argv)`` runs each)
-COMMANDS = {
-    "assign": "attngrade.authoring.assign",  # every homework's student version and autograder
-    "release": "attngrade.authoring.release",  # the student-facing course
-    "bench": "attngrade.authoring.bench",  # grading speed against otter's
-    "export": "attngrade.grading.export",  # a gradebook as the CSV an LMS imports
-    "course-report": "attngrade.grading.course_report",  # what the class got wrong, every homework
-    "sample-class": "attngrade.authoring.sample_class",  # a class made of the homework's mutants, to try it all
-}
+def _assign_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("homework", nargs="*", help="homework names (default: all under exercises/)")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="otter assign runs in parallel")
+
+
+def _release_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=None, help="output folder (default: dist/course in the repository)")
+    p.add_argument("--no-book", action="store_true", help="leave the website out (no book build)")
+    p.add_argument(
+        "--rebuild-book",
+        action="store_true",
+        help="run the strict book build even if _build/html is newer than every source",
+    )
+    p.add_argument(
+        "--no-assign",
+        action="store_true",
+        help="fail rather than build a homework whose student version is missing or stale",
+    )
+    p.add_argument("--no-source", action="store_true", help="leave the public source copy out")
+
+
+def _bench_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("homework", nargs="?", default="hw01")
+    p.add_argument("-n", type=int, default=100, help="copies graded by the class grader")
+    p.add_argument("--otter-n", type=int, default=3, help="copies graded by otter's grade_submission (0: skip)")
+    p.add_argument("-j", "--jobs", type=int, default=None, help="parallel sandboxes (default: all cores)")
+
+
+def _export_command_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("gradebook", help="a gradebook.csv written by attnbook-grade")
+    _export_options(p, required=True)
+    p.add_argument("--out", default=None, help="file to write (default: FORMAT.csv beside the gradebook)")
+
+
+def _course_report_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("grades", help="the folder holding one attnbook-grade output folder per homework")
+    p.add_argument("--out", default=None, help="file to write (default: GRADES/course_report.md)")
+
+
+def _sample_class_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("homework", help="homework name (hw02), its folder or its master notebook")
+    p.add_argument("--out", default=None, help="folder to write (default: sample-class/<homework>)")
+
+
+#: each command: its name, its function, its options, its line in ``--help``, its description, and
+#: its ``prog`` (None: ``python -m attngrade NAME``; grading keeps the console script's name)
+COMMANDS = (
+    (
+        "grade",
+        _grade,
+        _grade_options,
+        "grade a folder of submitted notebooks (the default command)",
+        "Grade a folder of submitted notebooks for one homework, each in its own bubblewrap sandbox.",
+        "attnbook-grade",
+    ),
+    (
+        "assign",
+        _assign,
+        _assign_options,
+        "build student versions and autograders for the homework",
+        "Build student versions and autograders for the homework.",
+        None,
+    ),
+    (
+        "release",
+        _release,
+        _release_options,
+        "build the student-facing course and check it for leaks",
+        "Build the student-facing course (website, package, student notebooks, public source) into one "
+        "folder, and check that it holds no solution, hidden test, master or mutant.",
+        None,
+    ),
+    (
+        "bench",
+        _bench,
+        _bench_options,
+        "seconds per submission, this grader against otter's",
+        "Benchmark: seconds per submission, the class grader against otter's own ``grade_submission``.",
+        None,
+    ),
+    (
+        "export",
+        _export,
+        _export_command_options,
+        "write a gradebook as the CSV file an LMS imports",
+        "Write a gradebook as the CSV file an LMS imports.",
+        None,
+    ),
+    (
+        "course-report",
+        _course_report,
+        _course_report_options,
+        "what a class got wrong across every graded homework",
+        "What a class got wrong across a whole course: every homework's gradebook in one report.",
+        None,
+    ),
+    (
+        "sample-class",
+        _sample_class,
+        _sample_class_options,
+        "a class made of a homework's own notebooks, to try the grader on",
+        "A sample class to try the grader on before the first real one, made from a homework's own notebooks.",
+        None,
+    ),
+)
+NAMES = tuple(name for name, *_ in COMMANDS)
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The command line's parser, and each command's own parser by name."""
+    parser = argparse.ArgumentParser(
+        prog="python -m attngrade",
+        description="The course's class grader, its homework builder and its release. "
+        "Without a command the arguments are grade's: attnbook-grade HOMEWORK SUBMISSIONS [options] "
+        "(also python -m attngrade HOMEWORK SUBMISSIONS) grades a folder of submissions.",
+        epilog="Each command explains its options: python -m attngrade COMMAND --help.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    parsers = {}
+    for name, run, options, line, description, prog in COMMANDS:
+        extra = {"prog": prog} if prog else {}
+        p = sub.add_parser(name, help=line, description=description, **extra)
+        options(p)
+        p.set_defaults(run=run)
+        parsers[name] = p
+    parsers["grade"].epilog = (
+        "Without a command, python -m attngrade and attnbook-grade grade. "
+        "The other commands: python -m attngrade --help."
+    )
+    return parser, parsers
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m attngrade [grade] HOMEWORK FOLDER ...`` grades (also ``attnbook-grade``);
-    ``python -m attngrade assign|release|bench ...`` builds, releases or measures."""
+    ``python -m attngrade COMMAND ...`` runs another command (``--help`` lists them). Returns the
+    command's exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in COMMANDS:
-        import importlib
-
-        return importlib.import_module(COMMANDS[argv[0]]).main(argv[1:])
-    if argv and argv[0] == "grade":
-        argv = argv[1:]
-    return grade(argv)
-
-
-def grade(argv: list[str]) -> int:
-    """Grade a class (see the module's documentation)."""
-    args = build_parser().parse_args(argv)
-    from .grading.bubblewrap import SandboxUnavailable
-    from .grading.grader import Grader
-    from .grading.notebook import find_submissions, ignored_entries
-    from .grading.report import write_reports
-
-    try:
-        hw = load_homework(args.homework)
-        paths = find_submissions(args.submissions, only=args.only)
-        ignored = ignored_entries(args.submissions)
-        roster = _roster(args)  # read now: a bad roster or old gradebook stops before any grading
-        earlier = _earlier(args)
-    except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
-        print(f"attnbook-grade: {exc}", file=sys.stderr)
-        return 2
-    if not paths:
-        print(f"attnbook-grade: no .ipynb or .zip submissions in {args.submissions}", file=sys.stderr)
-        return 2
-    if ignored and not args.only:
-        print(f"not graded ({len(ignored)} entries of {args.submissions}, listed in summary.md):", file=sys.stderr)
-        for name, reason in ignored[:20]:
-            print(f"  {name}: {reason}", file=sys.stderr)
-    if not hw.is_built():
-        if args.no_build:
-            print(f"{hw.name} is not built (or older than its master); run make assignments", file=sys.stderr)
-            return 2
-        from .authoring.assign import build
-
-        print(f"building {hw.name} (otter assign) ...", file=sys.stderr)
-        problems = build([hw])
-        if problems:
-            print("\n".join(problems), file=sys.stderr)
-            return 1
-    limits = {}
-    if args.timeout is not None:
-        limits["submission_timeout"] = args.timeout
-    if args.call_timeout is not None:
-        limits["call_timeout"] = args.call_timeout
-    if args.memory_mb is not None:
-        limits["memory_mb"] = args.memory_mb
-    out = Path(args.out) if args.out else Path("grades") / hw.name
-    if args.unsafe_no_sandbox:
-        print(
-            "warning: grading WITHOUT a sandbox (--unsafe-no-sandbox): submissions can read, change "
-            "and delete your files",
-            file=sys.stderr,
-        )
-    start = time.perf_counter()
-    try:
-        with Grader(
-            hw, jobs=args.jobs, limits=limits, sandbox=not args.unsafe_no_sandbox, hide=[args.submissions, str(out)]
-        ) as grader:
-            results = grader.grade_paths(paths, progress=not args.no_progress)
-            questions = [q.name for q in grader.questions]
-    except SandboxUnavailable as exc:
-        print(f"attnbook-grade: {exc}", file=sys.stderr)
-        return 2
-    paths_written = write_reports(results, questions, out, hw.name, merge=bool(args.only), ignored=ignored)
-    took = time.perf_counter() - start
-    errors = [r for r in results if r.status == "error"]
-    print(
-        f"graded {len(results)} submissions of {hw.name} in {took:.1f} s "
-        f"({took / max(len(results), 1):.2f} s each); gradebook: {paths_written.gradebook}; "
-        f"feedback: {out / 'feedback'}; summary: {paths_written.summary}"
-    )
-    print(paths_written.summary_text)
-    status = _after_grading(args, hw, grader.questions, out, paths_written.gradebook, roster, earlier)
-    if errors:
-        print(
-            f"attnbook-grade: the grader failed on {len(errors)} submission(s) (status=error in the gradebook; "
-            f"not the students' fault): " + ", ".join(r.submission for r in errors[:10]),
-            file=sys.stderr,
-        )
-        for r in errors[:3]:
-            print(f"  {r.submission}: {r.error.splitlines()[0] if r.error else ''}", file=sys.stderr)
-        return 1
-    return status
-
-
-def _roster(args):
-    """The roster for ``--export`` (None without it); ValueError for a bad one or a missing --roster."""
-    if args.export is None:
-        if args.roster or args.missing_as_zero or args.assignment or args.points is not None or args.percent:
-            raise ValueError(
-                "--roster, --assignment, --points, --percent and --missing-as-zero go with --export FORMAT"
-            )
-        return None
-    if args.points is not None and not args.points > 0:
-        raise ValueError(f"--points must be a positive number, not {args.points:g}")
-    if not args.roster:
-        raise ValueError(f"--export {args.export} needs --roster FILE (columns submission,id[,name,email,...])")
-    from .grading.export import read_roster
-
-    return read_roster(args.roster)
-
-
-def _earlier(args):
-    """(rows, test fingerprints) of the gradebook named by ``--compare`` (None without it)."""
-    if args.compare is None:
-        return None
-    from .grading.compare import read_fingerprints
-    from .grading.report import read_gradebook
-
-    old = Path(args.compare)
-    if not old.is_file():
-        raise ValueError(f"--compare {old}: no such gradebook file")
-    return read_gradebook(old), read_fingerprints(old)
-
-
-def _after_grading(args, hw, questions, out: Path, gradebook: Path, roster, earlier) -> int:
-    """Record the tests' fingerprints; write the comparison and the LMS export that were asked for.
-    Returns 2 when the export could not be written (the roster and the gradebook disagree)."""
-    from .grading.compare import TESTS_FILE, compare, comparison_csv, comparison_markdown, fingerprint_tests
-    from .grading.report import atomic_write, read_gradebook
-
-    fingerprints = fingerprint_tests(questions)
-    rows = read_gradebook(gradebook)  # the whole class, after an --only merge too
-    if earlier is not None:
-        old_rows, old_tests = earlier
-        cmp = compare(old_rows, rows, [q.name for q in questions], old_tests, fingerprints)
-        atomic_write(out / "comparison.csv", comparison_csv(cmp))
-        atomic_write(out / "comparison.md", comparison_markdown(cmp, Path(args.compare)))
-        lowered = [c for c in cmp.lowered if c.question != "total"]
-        print(
-            f"compared with {args.compare}: {len(lowered)} scores lowered, "
-            f"{len([c for c in cmp.raised if c.question != 'total'])} raised (comparison.md)"
-        )
-        for c in lowered:
-            print(f"  LOWERED {c.submission}, {c.question}: {c.before:g} -> {(c.after or 0):g}")
-    atomic_write(out / TESTS_FILE, json.dumps(fingerprints, indent=1, sort_keys=True))
-    if roster is None:
-        return 0
-    from .grading.export import export, export_points, report_export, write_export
-
-    assignment = args.assignment or hw.name  # the LMS item's name: never the output folder's
-    target = out / f"{args.export}.csv"
-    result, error = write_export(
-        target,
-        lambda: export(
-            rows, roster, args.export, assignment, missing_as_zero=args.missing_as_zero, points=export_points(args)
-        ),
-    )
-    if result is None:
-        print(f"attnbook-grade: the {args.export} export was not written: {error}", file=sys.stderr)
-        return 2
-    report_export(args.export, result, target)
-    return 0
+    if not argv or (argv[0] not in NAMES and argv[0] not in ("-h", "--help")):
+        argv = ["grade", *argv]  # the default command
+    parser, parsers = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's own parser, with its usage
+        parsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    options = vars(args)
+    del options["command"]
+    run = options.pop("run")
+    return run(**options)
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def test_check_gpu_dry_run_lists_the_steps():
     lines = [line for line in out.stdout.splitlines() if line.lstrip()[:3] in ("1. ", "2. ", "3. ", "4. ")]
     assert len(lines) == 4
     assert "-k cuda" in lines[0] and "tests/attnbook/test_flash_triton.py" in lines[0]
-    assert "tests/attnbook/test_margins.py" not in lines[0]  # no device tests (and it needs nbformat)
+    assert "tests/attnbook/test_thresholds.py" not in lines[0]  # no device tests (and it needs nbformat)
     assert "--run-chapter book/08_efficient_attention.md" in lines[1]
     assert "--run-chapter book/11_attention_as_a_kernel.md" in lines[2]
     assert "attnbook.lab.bench_flash --check" in lines[3] and "--json" in lines[3]

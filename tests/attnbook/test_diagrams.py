@@ -1,7 +1,17 @@
-"""The diagrams of the mechanism (attnbook.figures): style, single query, matrix form, masks."""
+"""The diagrams (attnbook.figures): what every diagram must be, then the style and the diagrams of the
+mechanism (single query, matrix form, masks).
+
+Every diagram is a function ``draw_*`` of a module of ``attnbook.figures``, returning a Figure with
+alt text; :func:`test_every_diagram_has_alt_text_on_an_opaque_panel_in_either_theme` finds them all
+there (a new one is covered when it is written). What each diagram draws is checked by the file of
+its module: ``test_diagrams_<module>.py`` (or this file, for the mechanism's three).
+"""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
 import warnings
 
 import matplotlib
@@ -16,13 +26,48 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 import attnbook  # noqa: E402
+import attnbook.figures  # noqa: E402
 from attnbook.figures import style  # noqa: E402
 from attnbook.figures.masks import default_masks, draw_masks  # noqa: E402
 from attnbook.figures.matrix_form import draw_matrix_form  # noqa: E402
 from attnbook.figures.single_query import draw_single_query  # noqa: E402
 
-from ..figures import close_figures  # noqa: E402, F401  (autouse)
+from ..figures import close_figures, png  # noqa: E402, F401  (close_figures: autouse)
 from ..paths import BOOK  # noqa: E402
+
+
+def diagrams() -> dict[str, object]:
+    """Every diagram: the functions ``draw_*`` defined in a module of ``attnbook.figures``."""
+    found = {}
+    for module in pkgutil.iter_modules(attnbook.figures.__path__):
+        loaded = importlib.import_module(f"attnbook.figures.{module.name}")
+        for name, function in inspect.getmembers(loaded, inspect.isfunction):
+            if name.startswith("draw_") and function.__module__ == loaded.__name__:
+                found[f"{module.name}.{name}"] = function
+    return found
+
+
+DIAGRAMS = diagrams()
+
+
+def test_the_diagrams_are_found():
+    assert {"single_query.draw_single_query", "heads.draw_multi_head", "kernel.draw_kernel_loops"} <= set(DIAGRAMS)
+
+
+@pytest.mark.parametrize("name", sorted(DIAGRAMS))
+def test_every_diagram_has_alt_text_on_an_opaque_panel_in_either_theme(name):
+    """Drawn with its defaults (and every warning an error), each diagram is a Figure with alt text
+    that describes it (not a title), on a transparent background around an opaque light panel: on a
+    light page and on a dark one the panel shows light."""
+    fig = drawn(DIAGRAMS[name])
+    assert len(style.alt_text(fig)) > 80, style.alt_text(fig)
+    image = png(fig, transparent=True)
+    assert image.shape[-1] == 4
+    assert image[0, 0, 3] == 0  # the corner is transparent: the page's background shows ...
+    h, w = image.shape[:2]
+    assert image[h // 2, w // 2, 3] == 1  # ... around an opaque light panel
+    dark = png(fig, facecolor="#121212")  # a dark page: renders, and the panel stays light, all along
+    assert dark[2:-2, 4, :3].mean(axis=1).min() > 0.8  # its left margin (4 px in; its rounded corners left out)
 
 
 def drawn(function, *args, **kwargs) -> Figure:
@@ -121,7 +166,7 @@ def test_single_query_draws_the_worked_example():
 
 
 def test_single_query_matches_attention_on_tensors():
-    draw = attnbook.sampler(0)
+    draw = attnbook.seeded_randn(0)
     q, K, V = draw(3), draw(5, 3), draw(5, 2)
     fig = drawn(draw_single_query, q, K, V)
     out, weights = attnbook.attention(q[None], K, V)

@@ -1,4 +1,5 @@
-"""Chapter 8's diagrams: they draw what the code does (tiles and their kinds, the cache's rows) and carry alt text."""
+"""Chapter 8's diagrams: they draw what the code does (tiles and their kinds, the cache's rows); what every
+diagram must be (alt text, an opaque panel in either theme) is checked in test_diagrams.py."""
 
 from __future__ import annotations
 

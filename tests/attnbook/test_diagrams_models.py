@@ -1,9 +1,9 @@
 """The diagram of chapter 7 (attnbook.figures.models): the models' pipeline and their training loop.
 
-The diagram is a function returning a Figure with alt text; these tests check that it draws what the
-models do (the parts and their order, the optional parts dashed, the weights' patterns), that it
-rejects alignments it cannot draw, that it renders on a transparent background behind an opaque
-panel (so it reads in light and dark themes), and that the chapter's cell repeats its alt text.
+The diagram is a function returning a Figure with alt text (what every diagram must be is checked
+in test_diagrams.py); these tests check that it draws what the models do (the parts and their
+order, the optional parts dashed, the weights' patterns), that it rejects alignments it cannot
+draw, and that the chapter's cell repeats its alt text.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from attnbook.models.encoder_decoder import EncoderDecoder  # noqa: E402
 from attnbook.models.sequence import SequenceModel  # noqa: E402
 from attnbook.models.tasks import Translation  # noqa: E402
 
-from ..figures import close_figures, png  # noqa: E402, F401  (close_figures: autouse)
+from ..figures import close_figures  # noqa: E402, F401  (autouse)
 from ..paths import BOOK  # noqa: E402
 
 CHAPTER = "07_attention_at_work.md"
@@ -76,19 +76,6 @@ def _weight_grids(fig: Figure) -> list[np.ndarray]:
             depth[row, col] = 1.0 - np.mean(mcolors.to_rgb(cell.get_facecolor()))
         grids.append(depth)
     return grids
-
-
-def test_the_diagram_is_a_figure_with_alt_text_on_an_opaque_panel():
-    fig = draw_attention_model()
-    assert isinstance(fig, Figure)
-    assert len(alt_text(fig)) > 80  # a real description, not a title
-    image = png(fig, transparent=True)
-    assert image.shape[-1] == 4
-    assert image[0, 0, 3] == 0  # the corner is transparent: the page's background shows ...
-    h, w = image.shape[:2]
-    assert image[h // 2, w // 2, 3] == 1  # ... around an opaque light panel, in either theme
-    dark = png(fig, facecolor="#111111")  # a dark page: renders, and the panel stays light
-    assert dark[h // 2, 8, :3].mean() > 0.8
 
 
 def test_the_default_alignment_is_the_chapters_translation():

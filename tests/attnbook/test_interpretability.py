@@ -272,6 +272,26 @@ def test_a_change_of_basis_keeps_every_logit_and_the_token_circuits(config, devi
     assert model.embed.token.weight is not changed.embed.token.weight and torch.equal(E, model.embed.token.weight)
 
 
+def test_a_change_of_basis_gives_the_copy_its_own_table_and_saves_it(device):
+    """The positions move with the stream (p -> p G), so the copy needs a table of its own: shared,
+    the original would change too. The changed table is no longer the one a new model builds, so it
+    is part of the copy's state_dict: loading it into another changed copy gives the same logits."""
+    model = _model(device, torch.float64)
+    before = model.embed.encoding.clone()
+    G = _basis(8).to(device)
+    changed = change_of_basis(model, G)
+    assert torch.equal(model.embed.encoding, before)  # the original keeps its table
+    assert changed.embed.encoding.data_ptr() != model.embed.encoding.data_ptr()
+    torch.testing.assert_close(changed.embed.encoding, before @ G, rtol=1e-12, atol=1e-12)
+    assert "embed.encoding" in changed.state_dict() and "embed.encoding" not in model.state_dict()
+    other = change_of_basis(model, torch.eye(8, dtype=torch.float64, device=device))
+    other.load_state_dict(changed.state_dict())
+    tokens = _tokens(device)
+    assert torch.equal(other(tokens)[0], changed(tokens)[0])
+    # a model without the table (ALiBi) has none to change
+    assert change_of_basis(_model(device, torch.float64, positional="alibi"), G).embed.encoding is None
+
+
 def test_an_orthogonal_change_of_basis_keeps_the_composition_scores(device):
     model = _model(device, torch.float64)
     rotation, _ = torch.linalg.qr(torch.randn(8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(4)))

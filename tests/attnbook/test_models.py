@@ -325,6 +325,23 @@ def test_alibi_model_uses_the_bias_and_no_encoding(device):
     assert model.float().blocks[0].alibi_slopes.dtype == torch.float32
 
 
+def test_a_model_without_the_sinusoidal_table_takes_an_odd_width(device):
+    """The table needs an even d_model; a model that adds no table (no positions, ALiBi) does not
+    build it, so an odd width works there and fails, naming d_model, only where the table is added."""
+    tokens = torch.randint(9, (2, 6), generator=torch.Generator().manual_seed(0)).to(device)
+    for positional in (None, "alibi"):
+        _seeded()
+        model = SequenceModel(SequenceModelConfig(9, 5, 1, max_len=6, positional=positional), device=device, dtype=F64)
+        assert model.embed.encoding is None
+        assert model(tokens)[0].shape == (2, 6, 9)
+    _seeded()
+    ed = EncoderDecoder(EncoderDecoderConfig(9, 5, 5, 1, max_len=6, positional=False), device=device, dtype=F64)
+    assert ed.src_embed.encoding is None and ed.tgt_embed.encoding is None
+    assert ed(tokens, tokens[:, :4] % 5)[0].shape == (2, 4, 5)
+    with pytest.raises(ValueError, match="d_model"):
+        SequenceModel(SequenceModelConfig(9, 5, 1, max_len=6))  # sinusoidal: the table needs an even width
+
+
 def test_positional_spellings(device):
     """True / False are the older spellings of "sinusoidal" / None: the same models."""
     tokens = torch.randint(9, (2, 6), generator=torch.Generator().manual_seed(0)).to(device)

@@ -7,9 +7,12 @@ import csv
 import io
 import json
 
-from attngrade.grading.course_report import course_report, main
+import pytest
+
+from attngrade.cli import main
+from attngrade.grading.course_report import course_report
 from attngrade.grading.report import misconceptions_csv, named_mistakes, write_reports
-from attngrade.grading.results import CaseResult, QuestionResult, SubmissionResult
+from attngrade.grading.results import CaseResult, GradebookRow, QuestionResult, SubmissionResult
 
 AXIS = "softmax over the queries (dim=-2) instead of the keys (dim=-1)"
 FILL = "masked scores filled with -1e9 instead of -inf"
@@ -71,8 +74,8 @@ def test_course_report_ranks_the_homework_by_share_lost(tmp_path, capsys):
     assert "| hw02 | 5 | 27 of 50 | 54% |" in text and "| hw03 | 2 | 1 of 20 | 5% |" in text
     hw02 = text[text.index("## hw02") : text.index("## hw03")]
     assert f"  - 2 of 5 students: {AXIS}" in hw02
-    assert main([str(tmp_path)]) == 0 and (tmp_path / "course_report.md").read_text() == text
-    assert main([str(tmp_path / "missing")]) == 2
+    assert main(["course-report", str(tmp_path)]) == 0 and (tmp_path / "course_report.md").read_text() == text
+    assert main(["course-report", str(tmp_path / "missing")]) == 2
 
 
 def test_course_report_keys_homework_by_what_the_run_recorded(tmp_path):
@@ -109,8 +112,8 @@ def test_histograms_centre_bars_on_scores_with_one_y_scale():
     wide = score_bins(list(range(0, 101, 7)), 100)
     assert len(wide) - 1 <= 40 and wide[1] - wide[0] == 4 and wide[0] == -2
     rows = [
-        {"submission": f"s{k}", "q1": q1, "q2": q2, "total": str(float(q1) + float(q2)), "possible": "10"}
-        for k, (q1, q2) in enumerate([("4", "6"), ("4", "6"), ("4", "6"), ("0", "5"), ("4", "3.5"), ("2", "0")])
+        GradebookRow(f"s{k}", {"q1": q1, "q2": q2}, q1 + q2, 10.0)
+        for k, (q1, q2) in enumerate([(4, 6), (4, 6), (4, 6), (0, 5), (4, 3.5), (2, 0)])
     ]
     fig = question_histograms_figure(rows, ["q1", "q2"], {"q1": 4.0, "q2": 6.0}, "hw02")
     try:
@@ -128,3 +131,21 @@ def test_histograms_centre_bars_on_scores_with_one_y_scale():
         assert heights == {10.0: 3.0, 5.0: 1.0, 7.5: 1.0, 2.0: 1.0}
     finally:
         plt.close(fig)
+
+
+def test_the_runs_rows_are_the_numbers_its_gradebook_records(tmp_path):
+    """The comparison and the export of a run read its rows, not its gradebook file: the rows hold
+    exactly what the file records (six significant digits), so both give what a later command
+    reading the file gives, thirds of a point included; a merge's rows are the whole class."""
+    from attngrade.grading.report import read_gradebook
+
+    third = result("anna", 4 / 3, 17 / 3)
+    written = write_reports([third, result("bob", 0, 6)], ["q1", "q2"], tmp_path, "hw02")
+    assert written.rows == read_gradebook(written.gradebook)
+    assert written.rows[0] == GradebookRow("anna", {"q1": 1.33333, "q2": 5.66667}, 7.0, 10.0)
+    merged = write_reports([result("carol", 4, 6)], ["q1", "q2"], tmp_path, "hw02", merge=True)
+    assert [r.submission for r in merged.rows] == ["anna", "bob", "carol"]
+    assert merged.rows == read_gradebook(merged.gradebook)
+    (tmp_path / "bad.csv").write_text("submission,q1,total,possible,status,error\nanna,x,1,2,ok,\n")
+    with pytest.raises(ValueError, match=r"bad\.csv, line 2: 'q1' is 'x', not a number"):
+        read_gradebook(tmp_path / "bad.csv")

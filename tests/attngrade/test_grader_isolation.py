@@ -121,7 +121,7 @@ def secret_paths(class_folder: Path, out: Path) -> list[str]:
         h.folder / "mutants.py",
         h.folder / "grading.yml",
         real_attnbook,
-        real_attnbook / "core" / "formal.py",
+        real_attnbook / "core" / "column_convention.py",
         real_attngrade,
         real_attngrade / "grader.py",
         repo / ".git",
@@ -216,7 +216,7 @@ for _mod in ("attngrade.checks", "attnbook.grading.checks", "attngrade.grading.g
         _m.expect_close = _m.check_call = _m.call = _m.run_case = lambda *a, **k: None
     except Exception:
         pass
-attnbook.core.formal.single_query_attention = single_query_attention
+attnbook.core.column_convention.single_query_attention = single_query_attention
 """
                 ],
             ),
@@ -534,7 +534,7 @@ def retrieve(q, K, V, beta):
                 {
                     "single_query_attention": """
 def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
-    from attnbook.core.formal import single_query_attention as reference
+    from attnbook.core.column_convention import single_query_attention as reference
     return reference(x, z, W_q, b_q, W_k, b_k, W_v, b_v)
 """
                 }
@@ -543,7 +543,7 @@ def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
             REFERENCE,
         ),
         "binds_the_reference_at_top_level": (
-            solution_cells(after=["single_query_attention = attnbook.core.formal.single_query_attention"]),
+            solution_cells(after=["single_query_attention = attnbook.core.column_convention.single_query_attention"]),
             {**FULL, "q3": 0},
             REFERENCE,
         ),
@@ -552,7 +552,7 @@ def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
                 {
                     "single_query_attention": """
 def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
-    return getattr(attnbook.core.formal, "single_" + "query_attention")(x, z, W_q, b_q, W_k, b_k, W_v, b_v)
+    return getattr(attnbook.core.column_convention, "single_" + "query_attention")(x, z, W_q, b_q, W_k, b_k, W_v, b_v)
 """
                 }
             ),
@@ -610,7 +610,7 @@ def retrieve(q, K, V, beta):
                     "single_query_attention": """
 def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
     import runpy
-    namespace = runpy.run_module(attnbook.core.formal.single_query_attention.__module__, run_name="fresh_copy")
+    namespace = runpy.run_module(attnbook.core.column_convention.single_query_attention.__module__, run_name="fresh_copy")
     return namespace["single_query_attention"](x, z, W_q, b_q, W_k, b_k, W_v, b_v)
 """
                 }
@@ -636,7 +636,7 @@ def retrieve(q, K, V, beta):
                     "single_query_attention": """
 def single_query_attention(x, z, W_q, b_q, W_k, b_k, W_v, b_v):
     scope = dict(globals(), args=(x, z, W_q, b_q, W_k, b_k, W_v, b_v))
-    exec("import attnbook.core.formal as f\\nresult = f.single_query_attention(*args)", scope)
+    exec("import attnbook.core.column_convention as f\\nresult = f.single_query_attention(*args)", scope)
     return scope["result"]
 """
                 }
@@ -1048,7 +1048,7 @@ def _run_here(cells):
 @pytest.mark.parametrize("name", [n for n in ROUTES if n != "monkeypatch_checks"])
 @unit("isolation: without the batch")
 # the runpy route runs an imported module afresh on purpose, which runpy warns about
-@pytest.mark.filterwarnings("ignore:'attnbook.core.formal' found in sys.modules:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:'attnbook.core.column_convention' found in sys.modules:RuntimeWarning")
 def test_each_route_reaches_the_reference_where_it_is_reachable(name):
     """The control for the attacks above: run here, with the real ``attnbook``, each route gives
     the right answers, so its 0 in the sandbox is the reference's absence, not the attack's bug."""

@@ -1,6 +1,9 @@
 """The Gradescope path applies the integrity rule too: ``otter run`` on hw02's built autograder zip
 gives the honest solution full marks, takes points from a wrong answer, and scores 0 on each question
-whose answer ran a reference implementation; the class grader agrees (issue 11, item 6).
+whose answer ran a reference implementation; the class grader agrees (issue 11, item 6). The honest
+notebook also writes q5's test in a ``%%ipytest`` cell, which runs under ``otter run`` only where the
+autograder installs ipytest: every homework whose students write tests has it in its requirements
+(issue 35).
 
 Slow but included in the default run (CI runs it): two ``otter run`` in parallel, each starting
 a Jupyter kernel and torch, about 15-30 s in all; the homework is built once per session (shared
@@ -17,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from attngrade.homework import Homework
+from attngrade.authoring.assign import STUDENT_TEST_REQUIREMENTS, students_write_tests
+from attngrade.authoring.master import cell_source
+from attngrade.homework import Homework, all_homework
 from attngrade.sandboxed.integrity import INTEGRITY_FILE
 
 from ..homework_support import autograder_zip, bwrap_available, homework, is_current
@@ -57,12 +62,35 @@ def _replace_function(nb: dict, name: str, body: str) -> None:
     raise AssertionError(f"no cell defines {name}")
 
 
+#: q5's test written in a ``%%ipytest`` cell, with ipytest set up in the cell above, as a student does
+IPYTEST_SETUP = "import ipytest\nipytest.autoconfig()\n"
+IPYTEST_TEST = (
+    "%%ipytest\n"
+    "def _expected(n, m):\n"
+    "    return torch.tensor([[j <= i for j in range(m)] for i in range(n)], dtype=torch.bool)\n"
+    "def test_causal_keep_mask(candidate):\n"
+    "    for n, m in [(1, 1), (3, 3), (2, 5), (5, 2)]:\n"
+    "        got = candidate(n, m)\n"
+    "        assert got.dtype == torch.bool and torch.equal(got, _expected(n, m))\n"
+)
+
+
+def _with_ipytest_cell(nb: dict) -> dict:
+    """``nb`` with q5's test replaced by :data:`IPYTEST_TEST`, after a cell that sets ipytest up."""
+    i = next(k for k, c in enumerate(nb["cells"]) if "def test_causal_keep_mask(" in cell_source(c))
+    nb["cells"][i]["source"] = IPYTEST_TEST
+    setup = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": IPYTEST_SETUP}
+    nb["cells"].insert(i, setup)
+    return nb
+
+
 def _notebooks(hw: Homework, folder: Path) -> dict[str, Path]:
-    """The solutions, comparing with a reference above and below every answer (an honest habit
-    both graders must forgive), and a notebook that is wrong in q1 and answers q3 and q4 with the
-    course's references (two submissions, so two ``otter run``: each costs a kernel and torch)."""
+    """The solutions, comparing with a reference above and below every answer and writing q5's test
+    in a ``%%ipytest`` cell (honest habits both graders must forgive), and a notebook that is wrong in
+    q1 and answers q3 and q4 with the course's references (two submissions, so two ``otter run``:
+    each costs a kernel and torch)."""
     solutions = json.loads(hw.autograder_notebook.read_text(encoding="utf-8"))
-    honest = comparing_submission(hw)
+    honest = _with_ipytest_cell(comparing_submission(hw))
 
     wrong_and_cheat = json.loads(json.dumps(solutions))
     _replace_function(wrong_and_cheat, "causal_keep_mask", WRONG_CAUSAL_MASK)  # off by one: j < i
@@ -109,7 +137,39 @@ def graded(hw02: Homework, tmp_path_factory) -> dict[str, dict]:
     return {"notebooks": notebooks, **runs}
 
 
+def _pip_requirements(zip_path: Path) -> list[str]:
+    """What Gradescope installs with pip from the autograder zip (its environment.yml)."""
+    import zipfile
+
+    import yaml
+
+    with zipfile.ZipFile(zip_path) as zf:
+        env = yaml.safe_load(zf.read("environment.yml").decode("utf-8"))
+    return [r for d in env["dependencies"] if isinstance(d, dict) for r in d.get("pip", [])]
+
+
+def test_the_autograder_installs_ipytest_where_students_write_tests(hw02: Homework) -> None:
+    """A ``%%ipytest`` cell defines its test under ``otter run`` only where ipytest is installed."""
+    assert students_write_tests(hw02)
+    checked = []
+    for hw in all_homework():  # hw02 built by the fixture; the others where they are built and current
+        if not students_write_tests(hw) or (hw.name != HW and not is_current(hw)):
+            continue
+        installed = _pip_requirements(autograder_zip(hw))
+        listed = (hw.dist / "autograder" / "requirements.txt").read_text(encoding="utf-8").split()
+        for requirement in STUDENT_TEST_REQUIREMENTS:
+            assert requirement in installed and requirement in listed, (hw.name, installed, listed)
+        checked.append(hw.name)
+    assert HW in checked, checked
+
+
 def test_otter_run_gives_the_honest_solution_full_marks(graded) -> None:
+    import importlib.util
+
+    assert importlib.util.find_spec("ipytest") is not None, (
+        "ipytest is not installed here, so otter run cannot run q5's %%ipytest cell "
+        "(the autograder installs it for every homework whose students write tests): pip install ipytest"
+    )
     assert graded["honest"]["scores"] == FULL
 
 

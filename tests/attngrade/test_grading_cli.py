@@ -1,8 +1,10 @@
-"""The class grader's commands: ``python -m attngrade``, ``attnbook-grade`` and the benchmark."""
+"""The class grader's commands: ``python -m attngrade``, ``attnbook-grade`` and the benchmark; one
+parser, whose options are the keyword arguments of each command's function."""
 
 from __future__ import annotations
 
 import csv
+import inspect
 import io
 import json
 import os
@@ -15,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from attngrade.grading.export import main as export_main
+from attngrade import cli
 
 from ..homework_support import homework
 from ..submissions import stub_submission, submission_with, write_notebook
@@ -96,23 +98,68 @@ def test_grade_a_folder_writes_gradebook_and_feedback(graded_class):
     assert sorted(p.name for p in (out / "feedback").iterdir()) == [f"{n}.md" for n in CLASS]
 
 
+COMMANDS = ["grade", "assign", "release", "bench", "export", "course-report", "sample-class"]
+
+
 def test_console_script_is_installed_and_explains_itself():
     script = shutil.which("attnbook-grade", path=str(Path(sys.executable).parent))
     assert script, "pip install -e . installs the attnbook-grade console script"
     proc = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "submissions" in proc.stdout
-    assert "python -m attngrade assign | release | bench" in proc.stdout
+    listed = proc.stdout[proc.stdout.index("commands:") :]
+    for command in COMMANDS:
+        assert f"\n    {command}" in listed, command
 
 
-@pytest.mark.parametrize("command", ["assign", "release", "bench"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_one_command_line_with_subcommands(command, capsys):
-    """``python -m attngrade assign|release|bench`` reach the builder, the release and the benchmark."""
-    from attngrade import cli
-
+    """``python -m attngrade COMMAND --help`` explains each command, under the name its usage had
+    when each had its own parser (``attnbook-grade`` for grading)."""
     with pytest.raises(SystemExit) as exit_:
         cli.main([command, "--help"])
     assert exit_.value.code == 0
-    assert f"usage: python -m attngrade {command}" in capsys.readouterr().out
+    prog = "attnbook-grade" if command == "grade" else f"python -m attngrade {command}"
+    assert capsys.readouterr().out.startswith(f"usage: {prog} [-h]")
+
+
+def _stage(command: str):
+    """The function a command runs, from its stage's module."""
+    from attngrade.authoring import assign, bench, release, sample_class
+    from attngrade.grading import course_report, export, run
+
+    return {
+        "grade": run.grade,
+        "assign": assign.main,
+        "release": release.main,
+        "bench": bench.main,
+        "export": export.main,
+        "course-report": course_report.main,
+        "sample-class": sample_class.main,
+    }[command]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_option_is_a_keyword_argument_of_the_commands_function(command):
+    """The parser's options are exactly the keyword-only parameters of the command's function
+    (grade's also takes the builder, which the command line passes): a renamed option or parameter
+    fails here, not when an instructor runs the command."""
+    _, parsers = cli.build_parser()
+    options = {a.dest for a in parsers[command]._actions if a.dest not in ("help", "run")}
+    parameters = inspect.signature(_stage(command)).parameters
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters.values())
+    assert options == set(parameters) - ({"build"} if command == "grade" else set())
+    assert cli.NAMES == tuple(COMMANDS)
+
+
+def test_without_a_command_the_arguments_are_grades(capsys):
+    """``attnbook-grade HOMEWORK FOLDER`` and ``python -m attngrade grade HOMEWORK FOLDER`` are one
+    command; an unknown option is reported with grade's own usage."""
+    for argv in (["hw00", "x", "--bogus"], ["grade", "hw00", "x", "--bogus"]):
+        with pytest.raises(SystemExit) as exit_:
+            cli.main(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("usage: attnbook-grade [-h]") and "unrecognized arguments: --bogus" in err
 
 
 def test_unknown_homework_is_a_clear_error(tmp_path):
@@ -126,7 +173,7 @@ def test_unknown_homework_is_a_clear_error(tmp_path):
 def test_benchmark_reports_both_graders():
     homework("hw01")  # built
     proc = subprocess.run(
-        [sys.executable, "-m", "attngrade.authoring.bench", "hw01", "-n", "4", "--otter-n", "1"],
+        [sys.executable, "-m", "attngrade", "bench", "hw01", "-n", "4", "--otter-n", "1"],
         capture_output=True,
         text=True,
         timeout=300,
@@ -189,7 +236,7 @@ def test_only_regrades_some_students_and_merges(graded_class, tmp_path):
     assert canvas[0][-1] == "hw00" and canvas[1][0] == "Points Possible" and len(canvas) == 2 + len(CLASS)
     assert {row[1]: row[-1] for row in canvas[2:]}["3"] == "20"  # carol (id 3): full marks now
     roster.write_text("submission,id\nalice,1\n")
-    assert export_main([str(out / "gradebook.csv"), "--roster", str(roster), "--format", "moodle"]) == 2
+    assert cli.main(["export", str(out / "gradebook.csv"), "--roster", str(roster), "--format", "moodle"]) == 2
     rows = read_gradebook(out)
     assert sorted(rows) == CLASS
     assert rows["carol"]["total"] == "20"
@@ -233,8 +280,7 @@ def test_refuses_to_grade_without_bubblewrap(tmp_path):
 
 
 def test_a_sandbox_that_fails_twice_is_status_error_and_exit_1(tmp_path, monkeypatch, capsys):
-    from attngrade import cli
-    from attngrade.grading import bubblewrap
+    from attngrade.grading import bubblewrap, export, report, run
 
     hw = homework("hw00")
     subs = tmp_path / "submitted"
@@ -268,10 +314,28 @@ def test_a_sandbox_that_fails_twice_is_status_error_and_exit_1(tmp_path, monkeyp
 
     monkeypatch.setattr(bubblewrap.Worker, "start", real_start)
     monkeypatch.setattr(bubblewrap.Worker, "spawn", flaky_spawn)
-    assert cli.main([hw.name, str(subs), "--out", str(tmp_path / "h"), "--no-build", "--no-progress"]) == 0
+    # the comparison and the export read the run's own rows: the only gradebook read is the old one
+    read = []
+
+    def recording(path):
+        read.append(Path(path))
+        return real_read(path)
+
+    real_read = report.read_gradebook
+    for module in (report, run, export):
+        monkeypatch.setattr(module, "read_gradebook", recording)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("submission,id\nalice,1\n")
+    lms = ["--compare", str(tmp_path / "g" / "gradebook.csv"), "--export", "canvas", "--roster", str(roster)]
+    assert cli.main([hw.name, str(subs), "--out", str(tmp_path / "h"), "--no-build", "--no-progress", *lms]) == 0
+    assert read == [tmp_path / "g" / "gradebook.csv"]
     with open(tmp_path / "h" / "gradebook.csv", newline="") as f:
         (row,) = list(csv.DictReader(f))
     assert row["status"] == "ok" and row["total"] == row["possible"]
+    canvas = list(csv.reader(io.StringIO((tmp_path / "h" / "canvas.csv").read_text())))
+    assert canvas[2][1] == "1" and canvas[2][-1] == row["total"]
+    assert "## Lowered scores (0)" in (tmp_path / "h" / "comparison.md").read_text()
+    assert f"alice,total,0,{row['total']},+{row['total']}" in (tmp_path / "h" / "comparison.csv").read_text()
 
 
 def test_unsafe_no_sandbox_grades_trusted_notebooks_the_same(graded_class, tmp_path):

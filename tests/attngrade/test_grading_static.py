@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 import attnbook  # noqa: F401  (the analyser resolves names among loaded modules)
-import attnbook.core.formal  # noqa: F401
+import attnbook.core.column_convention  # noqa: F401
 from attngrade.grading.static import analyze
 
 FORBIDDEN = [
     "attnbook.softmax",
-    "attnbook.core.formal.single_query_attention",
+    "attnbook.core.column_convention.single_query_attention",
     "torch.nn.functional.scaled_dot_product_attention",
 ]
 QUESTIONS = {"q1": ["softmax_beta"], "q3": ["single_query_attention"]}
@@ -61,7 +61,7 @@ def test_answer_that_names_the_reference_is_flagged_on_its_question_only(cheat):
 
 def test_reference_used_only_by_one_answer_flags_only_its_question():
     cheat = (
-        "from attnbook.core.formal import single_query_attention as sqa\n"
+        "from attnbook.core.column_convention import single_query_attention as sqa\n"
         "def single_query_attention(*args):\n    return sqa(*args)"
     )
     assert flagged(CLEAN, cheat) == {"q1": False, "q3": True}
@@ -104,9 +104,7 @@ def test_dynamic_code_at_top_level_is_flagged_everywhere(dynamic):
 
 
 def test_dynamic_code_inside_an_answer_is_flagged_on_that_answer():
-    cheat = (
-        "def single_query_attention(*a):\n    return getattr(attnbook.core.formal, 'single_' + 'query_attention')(*a)"
-    )
+    cheat = "def single_query_attention(*a):\n    return getattr(attnbook.core.column_convention, 'single_' + 'query_attention')(*a)"
     assert flagged(CLEAN, cheat) == {"q1": False, "q3": True}
 
 

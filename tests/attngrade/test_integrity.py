@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import attnbook
+import attnbook.kernels.flash_triton as _flash_triton  # noqa: E402 - imports no triton (the device-call attack's global)
 from attngrade.checks import CheckFailure, call, check_call
 from attngrade.homework import load_homework
 from attngrade.sandboxed import integrity
@@ -27,6 +28,7 @@ from attngrade.sandboxed.integrity import INTEGRITY_FILE, ForbiddenReference, Gu
 from ..paths import ROOT  # noqa: E402
 
 FORBIDDEN = load_homework(ROOT / "exercises" / "hw02_masked_attention").forbidden  # its groups expanded
+tl = None  # triton.language, set by the test that jits _calls_the_package_kernel (which names tl.constexpr)
 ATTENTION_FILE = attnbook.attention.__code__.co_filename
 ATTENTION_PACKAGE = attnbook.attention.__module__.rpartition(".")[0]  # attnbook.core: its relative imports
 
@@ -107,7 +109,7 @@ ROUTES = {
     "a thread started in the call": _in_a_new_thread,
     "attnbook.softmax via vars()": lambda q, k, v: vars(attnbook)["softmax"](q @ k.T),
     "attnbook.apply_mask": lambda q, k, v: attnbook.apply_mask(q @ k.T, MASK),
-    "attnbook.core.formal.attention": lambda q, k, v: attnbook.core.formal.attention(
+    "attnbook.core.column_convention.attention": lambda q, k, v: attnbook.core.column_convention.attention(
         q.T.contiguous(), k.T.contiguous(), *[torch.eye(4, dtype=q.dtype), torch.zeros(4, dtype=q.dtype)] * 3
     ),
     "MultiHeadAttention": lambda q, k, v: attnbook.MultiHeadAttention(4, 2)(
@@ -139,7 +141,8 @@ ROUTES = {
 EXPECTED_HIT = {
     "attnbook.softmax via vars()": "attnbook.softmax",
     "attnbook.apply_mask": "attnbook.apply_mask",
-    "attnbook.core.formal.attention": "attnbook.core.formal.attention",
+    # called through the module's path, named as the forbidden list names it: the face's attnbook.formal
+    "attnbook.core.column_convention.attention": "attnbook.formal.attention",
     "MultiHeadAttention": "attnbook.MultiHeadAttention",
     "a subclass of MultiHeadAttention": "attnbook.MultiHeadAttention",
     "nn.MultiheadAttention": "torch.nn.functional.multi_head_attention_forward",
@@ -461,3 +464,163 @@ def test_resolving_without_loading_imports_nothing():
     assert "no_such_package" not in sys.modules
     with pytest.raises(ImportError):
         resolve_reference("attnbook.no_such_module.f")  # with loading: the import fails
+
+
+# -- homework 11's Triton kernels, under any wrapper ------------------------------------------
+
+
+def _triton_or_skip():
+    """triton and attnbook's Triton module, with the kernels running in Triton's interpreter (where
+    the kernel's Python code runs, and so what the guard sees)."""
+    import attnbook.kernels.flash_triton as flash_triton
+
+    if not flash_triton.triton_available():
+        pytest.skip("triton is not installed")
+    if not flash_triton.triton_interpreted():
+        pytest.skip("the kernels are compiled for a GPU here: no Python of theirs runs to be seen")
+    import triton
+
+    return flash_triton, triton
+
+
+def _launch_forward(kernel) -> torch.Tensor:
+    """One program of a FlashAttention forward kernel with the package's signature on n = 5, m = 7."""
+    import triton.language as tl
+
+    gen = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, rows, 4, generator=gen) for rows in (5, 7, 7))  # (1, n or m, 4)
+    O, L = torch.zeros(1, 5, 4), torch.zeros(1, 5)  # (1, n, d_v), (1, n)
+    kernel[(1, 1)](
+        q, k, v, O, L,
+        *q.stride(), *k.stride(), *v.stride(), *O.stride(), *L.stride(),
+        5, 7, 4, 4, 0.5,
+        IS_CAUSAL=False, ACC=tl.float32, BLOCK_Q=16, BLOCK_K=16, BLOCK_DK=16, BLOCK_DV=16,
+    )  # fmt: skip
+    return O
+
+
+def _fresh_triton_module():
+    import attnbook.kernels.flash_triton as flash_triton
+
+    spec = importlib.util.spec_from_file_location("attnbook.kernels.copy_of_flash_triton", flash_triton.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module._load_triton()  # its kernels jitted: the same source, another module
+    return module
+
+
+#: ways to run homework 11's forbidden kernel ``attnbook.kernels.flash_triton.flash_forward_kernel``
+#: (question 4 asks for it): each takes (flash_triton, triton) and returns a kernel to launch
+TRITON_ROUTES = {
+    "the package's kernel": lambda ft, triton: ft.flash_forward_kernel,
+    "jitted again from .fn": lambda ft, triton: triton.jit(ft.flash_forward_kernel.fn),
+    "jitted twice over": lambda ft, triton: triton.jit(triton.jit(ft.flash_forward_kernel.fn).fn),
+    "a new function on the kernel's code": lambda ft, triton: triton.jit(
+        type(ft.flash_forward_kernel.fn)(ft.flash_forward_kernel.fn.__code__, ft.flash_forward_kernel.fn.__globals__)
+    ),
+    "the interpreter's rewritten function, jitted": lambda ft, triton: triton.jit(ft.flash_forward_kernel.rewrite()),
+    "a fresh copy of the module": lambda ft, triton: _fresh_triton_module().flash_forward_kernel,
+    "triton.heuristics around a new jit": lambda ft, triton: triton.heuristics({})(
+        triton.jit(ft.flash_forward_kernel.fn)
+    ),
+}
+
+
+def _calls_the_package_kernel(
+    Q,
+    K,
+    V,
+    O,
+    L,
+    stride_qb,
+    stride_qn,
+    stride_qd,
+    stride_kb,
+    stride_km,
+    stride_kd,
+    stride_vb,
+    stride_vm,
+    stride_vd,
+    stride_ob,
+    stride_on,
+    stride_od,
+    stride_lb,
+    stride_ln,
+    n,
+    m,
+    d_k,
+    d_v,
+    scale,
+    IS_CAUSAL: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_DK: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+):
+    """A kernel of one's own whose body calls the package's kernel as a device function (in Triton's
+    interpreter, a Python call made inside the launch): jitted by the test."""
+    _flash_triton.flash_forward_kernel(
+        Q, K, V, O, L,
+        stride_qb, stride_qn, stride_qd, stride_kb, stride_km, stride_kd, stride_vb, stride_vm, stride_vd,
+        stride_ob, stride_on, stride_od, stride_lb, stride_ln,
+        n, m, d_k, d_v, scale, IS_CAUSAL, ACC, BLOCK_Q, BLOCK_K, BLOCK_DK, BLOCK_DV,
+    )  # fmt: skip
+
+
+def _jit_the_device_call(ft, triton):
+    global tl
+    tl = importlib.import_module("triton.language")
+    return triton.jit(_calls_the_package_kernel)
+
+
+TRITON_ROUTES["a kernel of one's own calling it as a device function"] = _jit_the_device_call
+
+
+@pytest.fixture(scope="module")
+def hw11_guard() -> Guard:
+    g = Guard(load_homework(ROOT / "exercises" / "hw11_kernel").forbidden)
+    assert g.unresolved == []
+    return g
+
+
+@pytest.mark.parametrize("route", list(TRITON_ROUTES))
+def test_the_package_triton_kernel_is_caught_under_any_wrapper(hw11_guard: Guard, route: str) -> None:
+    flash_triton, triton = _triton_or_skip()
+    kernel = TRITON_ROUTES[route](flash_triton, triton)
+    expected = _launch_forward(flash_triton.flash_forward_kernel)
+    assert expected.abs().sum() > 0  # the kernel wrote O
+    hits = ran(hw11_guard, lambda: torch.testing.assert_close(_launch_forward(kernel), expected))
+    assert hits == ["attnbook.kernels.flash_triton.flash_forward_kernel"], (route, hits)
+
+
+def test_a_failed_launch_gives_the_profiler_back(hw11_guard: Guard) -> None:
+    """Inside a launch in Triton's interpreter the guard watches by the trace hook; after it, even
+    one that raised, the profiler is back and the trace hook is the caller's."""
+    flash_triton, _ = _triton_or_skip()
+    before = sys.gettrace()
+    hw11_guard.reset()
+    with pytest.raises(Exception, match="."):  # noqa: B017 - whatever the interpreter raises
+        with hw11_guard.watch():
+            flash_triton.flash_forward_kernel[(1, 1)](*[None] * 5)  # too few arguments: raises inside the launch
+            assert sys.getprofile() is hw11_guard._profile_func
+    assert hw11_guard.tampered == [] and sys.gettrace() is before
+    hw11_guard.reset()
+    with hw11_guard.watch():
+        _launch_forward(flash_triton.flash_forward_kernel)
+        assert sys.getprofile() is hw11_guard._profile_func and sys.gettrace() is before
+    assert hw11_guard.tampered == []
+
+
+def test_a_triton_kernel_of_ones_own_is_not_flagged(hw11_guard: Guard) -> None:
+    _, triton = _triton_or_skip()
+    import triton.language as tl
+
+    @triton.jit
+    def double(X, Y, n, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(Y + offs, 2 * tl.load(X + offs, mask=offs < n), mask=offs < n)
+
+    x, y = torch.arange(5.0), torch.zeros(5)
+    assert ran(hw11_guard, lambda: double[(1,)](x, y, 5, BLOCK=8)) == []
+    torch.testing.assert_close(y, 2 * x)

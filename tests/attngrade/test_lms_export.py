@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from attngrade.cli import main as command
 from attngrade.grading.compare import Change, compare, comparison_csv, comparison_markdown, fingerprint_tests
-from attngrade.grading.export import FORMATS, RosterMismatch, export, main, read_roster, same_name, write_export
+from attngrade.grading.export import FORMATS, RosterMismatch, export, read_roster, same_name, write_export
 from attngrade.grading.report import RUN_FILE
+from attngrade.grading.results import GradebookRow
 
 SAMPLES = Path(__file__).resolve().parent / "lms_samples"
 ROSTER = """submission,id,name,email,sis_user_id,sis_login_id,section
@@ -169,8 +171,13 @@ MOODLE_USERS = [  # Moodle's internal ids are site-wide: 1001 and 1002 are other
 # -- helpers --------------------------------------------------------------------------------------
 
 
-def gradebook(possible="17", **totals: str) -> list[dict[str, str]]:
-    return [{"submission": n, "total": t, "possible": possible, "status": "ok"} for n, t in totals.items()]
+def gradebook(possible="17", **totals: str) -> list[GradebookRow]:
+    return [GradebookRow(n, {}, float(t), float(possible)) for n, t in totals.items()]
+
+
+def main(argv: list[str]) -> int:
+    """``python -m attngrade export ...``, run in this process."""
+    return command(["export", *argv])
 
 
 @pytest.fixture
@@ -201,7 +208,7 @@ def test_each_format_matches_the_sample_written_from_its_documentation(roster):
     assert rows_of(scaled.text) == rows_of((SAMPLES / "canvas_points10.csv").read_text(encoding="utf-8"))
     moodle = export(gradebook(anna="17", bob="8.5"), roster, "moodle", "hw02")
     assert rows_of(moodle.text) == rows_of((SAMPLES / "moodle.csv").read_text(encoding="utf-8"))
-    assert FORMATS == ("canvas", "moodle")  # Gradescope documents no CSV import of scores
+    assert tuple(FORMATS) == ("canvas", "moodle")  # Gradescope documents no CSV import of scores
 
 
 def test_canvas_reads_every_grade_onto_its_student_and_assignment(roster):
@@ -286,7 +293,7 @@ def test_a_canvas_export_is_a_roster_and_names_match_in_any_unicode_form(tmp_pat
     with pytest.raises(RosterMismatch, match=r"matched by the rows \['Anna Lee', 'alee'\]"):
         export(gradebook(**{"alee": "1", "Anna Lee": "2", "bng": "1", nfd: "1"}), roster, "canvas", "hw02")
     doubled = gradebook(anna="1", bob="2")
-    doubled.append({"submission": "ANNA", "total": "3", "possible": "17", "status": "ok"})
+    doubled.append(GradebookRow("ANNA", {}, 3.0, 17.0))
     with pytest.raises(RosterMismatch, match=r"one name written twice.*\['ANNA', 'anna'\]"):
         export(doubled, write_roster(tmp_path, ROSTER), "canvas", "hw02")
 
@@ -304,15 +311,15 @@ def test_every_student_on_one_side_only_is_listed(roster):
 
 def test_rows_the_grader_failed_on_or_graded_out_of_another_total_are_not_exported(roster):
     rows = gradebook(anna="17", bob="0")
-    rows[1]["status"] = "error"
+    rows[1].status = "error"
     with pytest.raises(RosterMismatch, match=r"status=error.*\['bob'\]"):
         export(rows, roster, "canvas", "hw02")
     rows = gradebook(anna="17", bob="3")
-    rows[1]["possible"] = "20"
+    rows[1].possible = 20.0
     with pytest.raises(RosterMismatch, match=r"different totals.*17.0: \['anna'\]; 20.0: \['bob'\]"):
         export(rows, roster, "moodle", "hw02")
     rows = gradebook(anna="17", bob="3")
-    rows[1]["status"] = "review"
+    rows[1].status = "review"
     assert any("review" in n and "['bob']" in n for n in export(rows, roster, "canvas", "hw02").notes)
 
 
@@ -411,11 +418,11 @@ def test_comparison_lists_every_lowered_score_and_the_tests_that_changed():
     new_tests = fingerprint_tests(
         [_Question("q1", [_Case("a", _test_a), _Case("b", _test_b_stricter)]), _Question("q2", [_Case("c", _test_a)])]
     )
-    old = [{"submission": "anna", "q1": "2", "total": "2"}, {"submission": "bob", "q1": "1", "total": "1"}]
+    old = [GradebookRow("anna", {"q1": 2.0}, 2.0, 2.0), GradebookRow("bob", {"q1": 1.0}, 1.0, 2.0)]
     new = [
-        {"submission": "anna", "q1": "1", "q2": "1", "total": "2"},
-        {"submission": "bob", "q1": "1", "q2": "1", "total": "2"},
-        {"submission": "carol", "q1": "0", "q2": "0", "total": "0"},
+        GradebookRow("anna", {"q1": 1.0, "q2": 1.0}, 2.0, 3.0),
+        GradebookRow("bob", {"q1": 1.0, "q2": 1.0}, 2.0, 3.0),
+        GradebookRow("carol", {"q1": 0.0, "q2": 0.0}, 0.0, 3.0),
     ]
     cmp = compare(old, new, ["q1", "q2"], old_tests, new_tests)
     assert Change("anna", "q1", 2.0, 1.0) in cmp.lowered

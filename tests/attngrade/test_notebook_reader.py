@@ -1,5 +1,6 @@
-"""The submission reader (attngrade.grading.notebook): every malformed file is that student's problem only
-(a SubmissionError that says what is wrong), and every honest habit is read as Jupyter would."""
+"""The submission finder and reader (attngrade.grading.finder, attngrade.grading.notebook): every
+malformed file is that student's problem only (a SubmissionError that says what is wrong), every
+honest habit is read as Jupyter would, and each submission carries the name the finder gave it."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from pathlib import Path
 import pytest
 
 from attngrade.grading import notebook
+from attngrade.grading.finder import Entry, find_submissions
 from attngrade.grading.notebook import (
     MAX_BYTES,
     MAX_FILE_BYTES,
     Submission,
     SubmissionError,
-    find_submissions,
     read_cells,
     read_submission,
 )
@@ -102,7 +103,7 @@ def test_symlink_is_refused_and_not_followed(tmp_path):
     folder = tmp_path / "class"
     folder.mkdir()
     (folder / "mallory.ipynb").symlink_to(target)
-    assert find_submissions(folder) == [folder / "mallory.ipynb"]  # listed, so its row says why
+    assert find_submissions(folder) == [Entry("mallory", folder / "mallory.ipynb")]  # listed, so its row says why
     msg = refused(folder / "mallory.ipynb", "symbolic link", "mallory.ipynb")
     assert "secret" not in msg
 
@@ -117,7 +118,7 @@ def test_symlinked_student_folder_is_refused(tmp_path):
 def test_fifo_is_refused_without_blocking(tmp_path):
     fifo = tmp_path / "bob.ipynb"
     os.mkfifo(fifo)
-    assert find_submissions(tmp_path) == [fifo]
+    assert find_submissions(tmp_path) == [Entry("bob", fifo)]
     result = {}
 
     def go():
@@ -405,7 +406,7 @@ def test_nbformat3(tmp_path):
 )
 def test_names_are_kept_exactly(tmp_path, stem):
     path = write(tmp_path / f"{stem}.ipynb", good_nb())
-    assert find_submissions(tmp_path) == [path]
+    assert find_submissions(tmp_path) == [Entry(stem, path)]
     sub = read_submission(path)
     assert sub.name == stem and sub.cells == GOOD_CELLS
 
@@ -414,9 +415,9 @@ def test_undecodable_file_name_is_readable(tmp_path):
     raw = os.path.join(os.fsencode(tmp_path), b"bad\xffname.ipynb")
     with open(raw, "wb") as f:
         f.write(dumps(good_nb()))
-    (path,) = find_submissions(tmp_path)
-    sub = read_submission(path)
-    assert sub.name == "bad\\xffname" and sub.cells == GOOD_CELLS
+    (entry,) = find_submissions(tmp_path)
+    sub = read_submission(entry)
+    assert entry.name == sub.name == "bad\\xffname" and sub.cells == GOOD_CELLS
     sub.name.encode("utf-8")
 
 
@@ -443,7 +444,7 @@ def test_otter_export_zip(tmp_path):
 
 def test_zip_in_subfolder_stored_and_upper_case(tmp_path):
     path = write(tmp_path / "BOB.ZIP", zip_bytes({"submission/HW02.IPYNB": good_nb()}, zipfile.ZIP_STORED))
-    assert find_submissions(tmp_path) == [path]
+    assert find_submissions(tmp_path) == [Entry("BOB", path)]
     assert read_submission(path).name == "BOB" and read_cells(path) == GOOD_CELLS
 
 
@@ -626,13 +627,13 @@ def test_find_submissions(tmp_path):
     write(tmp_path / "erin" / "hw02.ipynb", good_nb())
     write(tmp_path / "erin" / "hw02.zip", zip_bytes({"hw02.ipynb": good_nb()}))
     found = find_submissions(tmp_path)
-    assert [p.name for p in found] == ["Carol.IpYnB", "alice.ipynb", "bob.ZIP", "dave", "erin"]
-    assert [notebook.submission_name(p) for p in found] == ["Carol", "alice", "bob", "dave", "erin"]
-    dave = read_submission(tmp_path / "dave")
+    assert [e.path.name for e in found] == ["Carol.IpYnB", "alice.ipynb", "bob.ZIP", "dave", "erin"]
+    assert [e.name for e in found] == ["Carol", "alice", "bob", "dave", "erin"]
+    dave = read_submission(found[3])
     assert (dave.name, dave.path, dave.cells) == ("dave", tmp_path / "dave" / "hw02.ipynb", GOOD_CELLS)
     refused(tmp_path / "erin", "erin", "exactly one", "hw02.ipynb", "hw02.zip")
     # --only: the finder selects the students named, and names one it cannot find
-    assert [p.name for p in find_submissions(tmp_path, only=["dave", "alice"])] == ["alice.ipynb", "dave"]
+    assert [e.path.name for e in find_submissions(tmp_path, only=["dave", "alice"])] == ["alice.ipynb", "dave"]
     with pytest.raises(ValueError, match=r"no submission named \['frank'\]"):
         find_submissions(tmp_path, only=["alice", "frank"])
 

@@ -1,4 +1,4 @@
-"""The student-facing release (``python -m attngrade.authoring.release``, ``make release``).
+"""The student-facing release (``python -m attngrade release``, ``make release``).
 
 The release is built once into a temporary folder from the built homework, without the website
 (the strict book build takes about a minute; ``make release`` runs it). Then every file of it, and
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from attngrade import cli
 from attngrade.authoring import leaks
 from attngrade.authoring import release as rel
 from attngrade.authoring.assign import build
@@ -298,7 +299,7 @@ def test_command_line_replaces_a_previous_release(homeworks, tmp_path, capsys, m
     monkeypatch.setattr(rel, "all_homework", lambda: homeworks)
     out = tmp_path / "course"
     for _ in range(2):  # the second run replaces the first
-        assert rel.main(["--no-book", "--no-assign", "--no-source", "--out", str(out)]) == 0
+        assert cli.main(["release", "--no-book", "--no-assign", "--no-source", "--out", str(out)]) == 0
     assert "none found" in capsys.readouterr().out
     assert (out / rel.MARKER).exists() and not (out / "source").exists()
     assert not list(tmp_path.glob(".release-*")), "temporary folders left behind"

@@ -10,7 +10,7 @@ import json
 import re
 
 from attngrade.authoring.mutation import load_mutants
-from attngrade.authoring.sample_class import main
+from attngrade.cli import main as command
 from attngrade.grading.grader import Grader, recorded_assignment, wrong_homework
 from attngrade.homework import load_homework
 
@@ -18,6 +18,11 @@ from ..homework_support import homework
 from ..paths import ROOT
 
 GUIDE = ROOT / "book" / "for_instructors.md"
+
+
+def main(argv: list[str]) -> int:
+    """``python -m attngrade sample-class ...``, run in this process."""
+    return command(["sample-class", *argv])
 
 
 def test_sample_class_has_every_mutant_a_roster_and_an_answer_key(tmp_path, capsys):

@@ -530,7 +530,7 @@ HW02_HONEST = (
     "        assert got.dtype == torch.bool and torch.equal(got, _expected(n, m))\n"
 )
 #: hw02's q5 answered by each test (None: the master's own), in a notebook otherwise the solutions;
-#: "(honest)" ones score full, the others 0 on q5, in every grader (tests/check_otter.py compares)
+#: "(honest)" ones score full, the others 0 on q5, in every grader (tools/check_otter.py compares)
 HW02_TESTS = {
     "solutions": None,
     "ipytest cell (honest)": "%%ipytest\n" + HW02_HONEST,
@@ -562,6 +562,10 @@ def hw02_notebooks() -> dict[str, dict]:
         if cell is not None:
             target = next(c for c in nb["cells"] if "def test_causal_keep_mask(" in cell_source(c))
             target["source"] = cell
+            if cell.startswith("%%ipytest"):  # as a student would: the magic registered in a cell above
+                setup = {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": []}
+                setup["source"] = "import ipytest\nipytest.autoconfig()"
+                nb["cells"].insert(nb["cells"].index(target), setup)
         notebooks[label] = nb
     return notebooks
 

@@ -13,15 +13,14 @@ white. No caption
 or figure label shows raw TeX. The search page must find a term. Screenshots are saved under
 ``_build/screenshots/``.
 
-The site is the one ``make book`` built (``_build/html``), or the one named by the environment
-variable ``ATTNBOOK_SITE`` (screenshots then go beside it); if there is none, a non-strict build
-is made first. Without Chromium or Playwright the test is skipped with a message saying how to get
+The site is built strictly into ``_build/html`` by :func:`test_book_builds_strictly`, after every
+chapter has run (the build reuses their outputs: see :func:`built_site`), or is the one named by the
+environment variable ``ATTNBOOK_SITE`` (screenshots then go beside it), tested as it is. Without Chromium or Playwright the test is skipped with a message saying how to get
 them (CI installs both, so there it always runs).
 """
 
 from __future__ import annotations
 
-import fcntl
 import filecmp
 import functools
 import http.server
@@ -32,7 +31,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -40,7 +38,7 @@ import pytest
 import yaml
 
 from ..paths import ROOT  # noqa: E402
-from ..units import by_unit
+from ..units import by_unit, unit, unit_of
 
 # the built site to test: ATTNBOOK_SITE=/tmp/jb-me/_build/html points it at a build elsewhere
 SITE = Path(os.environ.get("ATTNBOOK_SITE", ROOT / "_build" / "html")).resolve()
@@ -87,48 +85,39 @@ def toc_pages() -> list[str]:
 PAGES = toc_pages()
 
 
-def _wait_for_the_chapters(session, timeout: float = 900.0) -> None:
-    """With pytest-xdist (``make test``), chapters run in the other worker too: wait until every
-    chapter of this run has finished (conftest.py marks each), so the build finds their outputs."""
-    if "PYTEST_XDIST_TESTRUNUID" not in os.environ:
-        return  # one process: the chapters (collected first) have run already
-    from chapters import finished_folder  # book/_ext, put on the path by conftest.py
-
-    chapters = {item.nodeid.split("::")[0].split("/")[-1] for item in session.items if item.nodeid.startswith("book/")}
-    folder = finished_folder(ROOT)
-    deadline = time.monotonic() + timeout
-    while not all((folder / name).exists() for name in chapters) and time.monotonic() < deadline:
-        time.sleep(1.0)
+#: the unit of work that builds the site (test_book_builds_strictly) with pytest-xdist
+BUILDER = "book: build"
 
 
 @pytest.fixture(scope="session")
 def built_site(request) -> Path:
     """The site, built strictly (``jupyter-book build -W -n --keep-going``: any warning fails).
 
-    Run after the chapters (pytest collects ``book/`` first), the build reuses the outputs nbval
-    stored in its execution cache (conftest.py), so no chapter executes twice. With pytest-xdist
-    the pages are units of work that both workers take: the first worker to need the site builds
-    it, the other waits for that build and reads its outcome (``_build/.site-built-<run id>``).
-    With ``ATTNBOOK_SITE`` set, that site is tested as it is.
+    It is built after every chapter has run, so the build reuses the outputs nbval stored in its
+    execution cache (tests/plugins/chapters.py) and no chapter executes twice: without workers the
+    chapters come first in the run; with pytest-xdist (``make test``) the scheduler hands the unit
+    that builds the site (:data:`BUILDER`) out only when every chapter has finished, and the other
+    tests of the site only when that unit has finished (tests/plugins/units.py). A worker that did not
+    build the site reads the build's outcome, which the builder wrote for this run
+    (``_build/.site-built-<run id>``). With ``ATTNBOOK_SITE`` set, that site is tested as it is.
     """
     if "ATTNBOOK_SITE" in os.environ:
         if not (SITE / "index.html").exists():
             pytest.fail(f"ATTNBOOK_SITE={SITE} holds no built site (index.html)")
         return SITE
-    _wait_for_the_chapters(request.session)
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    (ROOT / "_build").mkdir(exist_ok=True)
-    with open(ROOT / "_build" / ".site-build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        outcome = ROOT / "_build" / f".site-built-{run}" if run else None
-        if outcome is not None and outcome.exists():
-            failure = outcome.read_text(encoding="utf-8")
-        else:
-            failure = _build_strictly()
-            if outcome is not None:
-                for old in (ROOT / "_build").glob(".site-built-*"):
-                    old.unlink()
-                outcome.write_text(failure, encoding="utf-8")
+    outcome = ROOT / "_build" / f".site-built-{run}"
+    if run and outcome.exists():
+        failure = outcome.read_text(encoding="utf-8")
+    elif run and not any(unit_of(item.nodeid) == BUILDER for item in request.session.items):
+        pytest.fail("with pytest-xdist, the site is built by test_book_builds_strictly: select it too")
+    else:
+        failure = _build_strictly()
+        if run:
+            for old in (ROOT / "_build").glob(".site-built-*"):
+                old.unlink()
+            outcome.parent.mkdir(exist_ok=True)
+            outcome.write_text(failure, encoding="utf-8")
     if failure:
         pytest.fail(failure)
     return SITE
@@ -170,6 +159,7 @@ def _build_strictly() -> str:
     return ""
 
 
+@unit("book: build")  # BUILDER
 def test_book_builds_strictly(built_site):
     assert (built_site / "index.html").exists()
     if "ATTNBOOK_SITE" not in os.environ:  # the site tested is the one book/_static makes today

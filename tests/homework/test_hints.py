@@ -3,13 +3,13 @@
 Every mutant (``exercises/hwNN_topic/mutants.py``) whose NAME marks such a cause (VOCABULARY: the
 softmax axis, the scale, the heads' split or merge, the mask's polarity, fill, transposition,
 an off-by-one, the rotary pairing, sin and cos, the dtype) is run through the public tests of its
-question as ``grader.check`` runs them (tests/homework/hint_table.py, in this process). The
+question as ``grader.check`` runs them (tools/hint_table.py, in this process). The
 student must be told its cause by name: a ``Likely mistake: ...`` line (a known mistake of the
 test), or for a few kinds a diagnosis that states it exactly (a dtype, a transposed result). A
 known mistake that explains the failure is never followed by a generic guess (``Hint: ...``).
 
 A mutant that the public tests cannot name is listed in EXEMPT, with the reason.
-``.venv/bin/python -m tests.homework.hint_table`` prints the whole table.
+``.venv/bin/python -m tools.hint_table`` prints the whole table.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import pytest
 
 from attngrade.checks import HINT_PREFIX
 from attngrade.homework import all_homework
+from tools.hint_table import GUESSED, NAMED, Told, hint_table
 
 from ..homework_support import homework
 from ..submissions import load_mutants
-from .hint_table import GUESSED, NAMED, Told, hint_table
 
 HOMEWORK = [hw.name for hw in all_homework()]
 
@@ -114,7 +114,7 @@ def test_readable_mistakes_get_a_named_hint(name):
 @pytest.mark.parametrize("name", HOMEWORK)
 def test_a_named_hint_is_not_contradicted(name):
     """A known mistake that explains the failure is followed by no generic guess (the mutants with a
-    readable cause; ``python -m tests.homework.hint_table`` checks every mutant, more slowly: the
+    readable cause; ``python -m tools.hint_table`` checks every mutant, more slowly: the
     public memory test of hw08 q2 takes seconds per mutant that reaches it)."""
     contradicted = [
         t.mutant

@@ -155,7 +155,7 @@ def test_assign_command_fails_when_a_solution_fails_its_tests(tmp_path):
             assert cell["source"] != src
     (copy / "hw00.ipynb").write_text(json.dumps(nb), encoding="utf-8")
     proc = subprocess.run(
-        [sys.executable, "-m", "attngrade.authoring.assign", str(copy)], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "attngrade", "assign", str(copy)], capture_output=True, text=True, timeout=600
     )
     assert proc.returncode != 0
     assert "hw00" in proc.stderr and ("otter assign failed" in proc.stderr or "solutions get" in proc.stderr)

@@ -9,8 +9,9 @@
 * :mod:`attnbook.core.attention`: scores and scaled dot-product attention (and its fused path);
 * :mod:`attnbook.core.hard_attention`: argmax attention;
 * :mod:`attnbook.core.scoring`: the additive (Bahdanau) and general (Luong) scores (chapter 4);
-* :mod:`attnbook.core.formal`: the column-convention versions of *Formal Algorithms for
-  Transformers* (Phuong and Hutter, 2022), checked against the row-convention functions.
+* :mod:`attnbook.core.column_convention`: *Formal Algorithms for Transformers* (Phuong and
+  Hutter, 2022) with tokens as columns, checked against the row-convention functions; the face
+  re-exports the module as ``attnbook.formal``.
 
 Imports only :mod:`attnbook.validators`. This package re-exports nothing, so that no dotted name is
 both a module and a function: ``attnbook.core.softmax`` is the module, ``attnbook.softmax`` the function.

@@ -19,7 +19,7 @@
 
 The builders a chapter teaches stay with their topic and call these helpers: sliding windows and
 block-sparse layouts in :mod:`attnbook.efficient.sliding_window`, the grouped layout in
-:mod:`attnbook.heads.grouped_query`, the column-convention mask in :mod:`attnbook.core.formal`,
+:mod:`attnbook.heads.grouped_query`, the column-convention mask in :mod:`attnbook.core.column_convention`,
 the models' per-block mask in :mod:`attnbook.models.interpretability`.
 """
 
@@ -126,7 +126,7 @@ def causal_mask(
 
     With ``n == m`` (self-attention) this is the lower-triangular matrix of ones including the
     diagonal: query i sees keys 0..i. In this row convention (row = query, column = key) the mask
-    is *lower* triangular; the column-convention mask of :func:`attnbook.core.formal.unidirectional_mask`
+    is *lower* triangular; the column-convention mask of :func:`attnbook.core.column_convention.unidirectional_mask`
     is its transpose and upper triangular.
 
     When ``n != m`` two alignments are in use:

@@ -28,7 +28,7 @@ def softmax(scores: torch.Tensor, dim: int = -1, beta: float = 1.0) -> torch.Ten
     Args:
         scores: floating tensor of any shape, e.g. (..., n, m) attention scores.
         dim: the axis the probabilities are taken over (the keys, ``-1``, in the row convention;
-            ``0`` in the column convention of :mod:`attnbook.core.formal`).
+            ``0`` in the column convention of :mod:`attnbook.core.column_convention`).
         beta: inverse temperature, a finite number ``>= 0``.
 
     Returns:

@@ -7,7 +7,11 @@
 * :mod:`attnbook.efficient.sliding_window`: sliding-window and block-sparse masks and attention
   (the builders chapter 8 teaches; layouts and application are :mod:`attnbook.core.masks`').
 
-Chapter 13 (the cache at scale) stores and pages its cache here; what makes the cache smaller
+* :mod:`attnbook.efficient.streaming`: chapter 13's streaming cache (StreamingLLM): the first
+  tokens kept as attention sinks beside a rolling window (:class:`attnbook.RollingKVCache`,
+  :class:`attnbook.StreamingCache`), its mask and the positions it gives the kept tokens.
+
+Chapter 13 (the cache at scale) stores and rolls its cache here; what makes the cache smaller
 per token goes to :mod:`attnbook.heads`. Chapter 11's kernels are :mod:`attnbook.kernels`.
 
 Imports the wings below it (``core``, ``positions``, ``heads``) and :mod:`attnbook.validators`.

@@ -6,7 +6,8 @@
 * :mod:`attnbook.figures.plotting`: data plots (heatmaps of weights, masks and encodings, bars,
   curves), also reachable as ``attnbook.plotting``;
 * one module per diagram topic: ``single_query``, ``matrix_form``, ``masks``, ``heads``,
-  ``encoder_decoder``, ``rotation``, ``permutation``, ``models``, ``efficient``, ``induction``, ``kernel``.
+  ``encoder_decoder``, ``rotation``, ``permutation``, ``models``, ``efficient``, ``induction``, ``kernel``,
+  ``packing`` (chapter 12's packed row).
 
 The top wing: it may import every wing below it, and nothing imports it. Each diagram is one
 function returning a matplotlib Figure that carries its alt text

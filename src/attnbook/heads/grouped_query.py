@@ -14,7 +14,7 @@ that is, in tensor indices counted from 0, head index ``h`` uses key-value index
 Shazeer 2019). The cache shrinks by the factor :math:`g` (:func:`kv_cache_bytes`). Repeating the
 key and value heads g times (``repeat_interleave``) gives the same output without changing what
 the cache stores, but makes a transient copy g times the cache and moves more bytes than
-multi-head attention (chapter 9 counts them with :func:`attnbook.lab.traffic.bytes_moved`).
+multi-head attention (chapter 9 counts them with :func:`attnbook.lab.memory_traffic.bytes_moved`).
 """
 
 from __future__ import annotations

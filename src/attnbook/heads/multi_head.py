@@ -147,7 +147,7 @@ def sum_over_heads(heads_out: torch.Tensor, W_o: torch.Tensor, b_o: torch.Tensor
 
     Equal to :func:`concat_then_project`: multiplying a concatenation by a matrix is the sum of
     the blocks times the matching column blocks W_o^h (d_out, d_head). This is the form of the
-    column-convention :func:`attnbook.core.formal.mh_attention`.
+    column-convention :func:`attnbook.core.column_convention.mh_attention`.
     """
     check_shapes(
         heads_out=(heads_out, "(..., heads, n, d_head)"), W_o=(W_o, "(d_out, heads * d_head)"), b_o=(b_o, "(d_out,)")

@@ -296,8 +296,9 @@ def _run(args: argparse.Namespace) -> int:
     timing = {"min_rounds": 3 if args.quick else 5, "budget_s": 0.1 if args.quick else 2.0}
 
     # On a CPU the interpreter (numpy) and torch's thread pool take turns; with several torch threads the
-    # first torch call after an interpreted kernel was measured 100 to 1000 times slower on a loaded
-    # 2-core machine, so the CPU run uses one torch thread unless told otherwise.
+    # first torch call after an interpreted kernel can be far slower on a busy machine (compare the
+    # sdpa column of --quick with --threads 2 and without), so the CPU run uses one torch thread
+    # unless told otherwise.
     if args.threads is not None or not cuda:
         torch.set_num_threads(args.threads or 1)
     _, backend = _sdpa(device, dtype)

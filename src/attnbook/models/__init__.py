@@ -1,4 +1,4 @@
-"""Small attention models built from the course's own pieces, their tasks, training and interpretation (chapters 4, 7, 9 and 10).
+"""Small attention models built from the course's own pieces, their tasks, training and interpretation (chapters 4, 7, 9, 10 and 12).
 
 * :mod:`attnbook.models.blocks`: the MLP, :class:`~attnbook.models.blocks.ScoredAttention`
   (additive or general scores), the encoder block, the attention-only block, the decoder block;
@@ -10,7 +10,10 @@
 * :mod:`attnbook.models.tasks`: the synthetic tasks the models are trained on;
 * :mod:`attnbook.models.training`: the training loop and ``parameter_count``;
 * :mod:`attnbook.models.interpretability`: head scores, circuits, composition, patching and
-  :func:`~attnbook.models.interpretability.ablate_head`.
+  :func:`~attnbook.models.interpretability.ablate_head`;
+* :mod:`attnbook.models.packing`: chapter 12's packed rows: the ``PackedRecall`` task (every
+  earlier document holds the queried key) and ``PackedDecoder`` (document or causal mask,
+  positions restarted or along the row).
 
 They are meant to be read and trained on a laptop CPU in seconds, not to be fast. Imports the
 wings below it (``core``, ``positions``, ``heads``, ``efficient``) and :mod:`attnbook.validators`.

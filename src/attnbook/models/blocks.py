@@ -547,8 +547,10 @@ class _Embedding(nn.Module):
         self.vocab_size, self.max_len = vocab_size, max_len
         self.positional, self.bounded = bool(positional), bool(bounded)
         self.token = nn.Embedding(vocab_size, d_model, **factory)
-        # a buffer, not a parameter: it moves with .to() but is never trained
-        self.register_buffer("encoding", sinusoidal_encoding(max_len, d_model, **factory), persistent=False)
+        # a buffer, not a parameter: it moves with .to() but is never trained; built only when it is
+        # added (the table needs an even d_model, which a model without it does not)
+        table = sinusoidal_encoding(max_len, d_model, **factory) if self.positional else None
+        self.register_buffer("encoding", table, persistent=False)
 
     @property
     def limit(self) -> float:

@@ -403,7 +403,9 @@ def change_of_basis(model: nn.Module, basis: torch.Tensor) -> nn.Module:
     unless :math:`G` is orthogonal.
 
     Only models without layer norm (which is not linear) or MLP are accepted: ``norm=None``,
-    ``mlp=False``. The copy has ``basis``'s dtype and device; ``model`` is not changed.
+    ``mlp=False``. The copy has ``basis``'s dtype and device; ``model`` is not changed. The copy's
+    positional table (:math:`P G`) is its own and, unlike a new model's sinusoidal table, is saved
+    in its ``state_dict``.
 
     Args:
         model: a :class:`attnbook.models.sequence.SequenceModel` built with ``norm=None, mlp=False``.
@@ -436,7 +438,11 @@ def change_of_basis(model: nn.Module, basis: torch.Tensor) -> nn.Module:
     changed = copy.deepcopy(model).to(device=G.device, dtype=G.dtype)
     with torch.no_grad():
         changed.embed.token.weight.copy_(changed.embed.token.weight @ G)  # (vocab, d) @ (d, d): rows x -> x G
-        changed.embed.encoding.copy_(changed.embed.encoding @ G)  # (max_len, d) @ (d, d)
+        if changed.embed.encoding is not None:
+            # the copy's own table (sharing it would change ``model``), now p G: no longer the
+            # sinusoidal table a new model builds, so it joins the copy's state_dict
+            moved = changed.embed.encoding @ G  # (max_len, d) @ (d, d)
+            changed.embed.register_buffer("encoding", moved, persistent=True)
         for block in changed.blocks:
             mha = block.self_attn
             for proj in (mha.q_proj, mha.k_proj, mha.v_proj):  # reads: (d_out, d) @ (d, d)

@@ -20,16 +20,22 @@ grading) and inside the shipped ``attngrade``; the student folder gets the same 
 notebook. So ``grader.check`` in the student's notebook and ``otter run`` / Gradescope on the zip
 fail a test whose call of the student's function ran a forbidden reference, as the class grader
 does.
+
+Where students write tests (a question graded with :mod:`attngrade.student_tests`), the autograder
+also installs :data:`STUDENT_TEST_REQUIREMENTS` (``ipytest``: a ``%%ipytest`` cell defines its tests
+under ``otter run`` only where the magic exists), added to the requirements otter generated from the
+master's configuration (:func:`add_requirements`), so no master has to remember it.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
 import sys
 import time
+import zipfile
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -66,6 +72,11 @@ LIGHT_MODULES = (
     "sandboxed/candidates/factory.py",
     "sandboxed/candidates/server.py",
 )
+#: what the autograder installs, beyond the master's requirements, for a homework whose students
+#: write tests: their ``%%ipytest`` cells (``import ipytest; ipytest.autoconfig()`` above) run in otter's kernel
+STUDENT_TEST_REQUIREMENTS = ("ipytest>=0.14",)
+#: the module a question's tests import when students write the tests
+STUDENT_TESTS_MODULE = "attngrade.student_tests"
 #: the repository's own packaging files, copied with the package: ``attnbook`` installs light
 #: (torch, numpy, matplotlib), so the autograder installs it from the same pyproject.toml
 PACKAGING_FILES = ("pyproject.toml", "README.md")
@@ -94,6 +105,63 @@ def _package_copy(hw: Homework) -> Path:
             raise FileNotFoundError(f"{repository / name} is missing: build the homework from the course's checkout")
         shutil.copy2(repository / name, target / name)
     return target
+
+
+def students_write_tests(hw: Homework) -> bool:
+    """Whether some question of ``hw`` grades a test the student writes (its tests use
+    :mod:`attngrade.student_tests`), read from the master."""
+    return STUDENT_TESTS_MODULE in hw.master.read_text(encoding="utf-8")
+
+
+def _requirement_name(line: str) -> str:
+    import re
+
+    return re.split(r"[\s\[<>=!~;@]", line.strip(), maxsplit=1)[0].lower()
+
+
+def add_requirements(hw: Homework, extra: tuple[str, ...] | list[str]) -> None:
+    """Add the requirements ``extra`` that ``hw``'s built autograder lacks (by package name) to
+    ``dist/autograder/requirements.txt`` and to the zip's ``environment.yml`` (its pip list is what
+    Gradescope installs) and ``requirements.txt`` where the zip has one."""
+    import yaml
+
+    def added(lines: list[str]) -> list[str]:
+        have = {_requirement_name(x) for x in lines if x.strip()}
+        return [x for x in extra if _requirement_name(x) not in have]
+
+    folder = hw.dist / "autograder"
+    req = folder / "requirements.txt"
+    if req.exists():
+        lines = req.read_text(encoding="utf-8").splitlines()
+        if new := added(lines):
+            req.write_text("\n".join([*lines, *new]) + "\n", encoding="utf-8")
+    for zip_path in folder.glob("*.zip"):
+        with zipfile.ZipFile(zip_path) as zf:
+            entries = [(info, zf.read(info)) for info in zf.infolist()]
+        changed = False
+        rewritten = []
+        for info, data in entries:
+            if info.filename == "environment.yml":
+                env = yaml.safe_load(data.decode("utf-8"))
+                pips = [d for d in env.get("dependencies", []) if isinstance(d, dict) and "pip" in d]
+                if not pips:
+                    raise ValueError(f"{zip_path}: environment.yml has no pip list to add {list(extra)} to")
+                if new := added(pips[0]["pip"]):
+                    pips[0]["pip"].extend(new)
+                    data = yaml.safe_dump(env, sort_keys=False).encode("utf-8")
+                    changed = True
+            elif info.filename == "requirements.txt":
+                lines = data.decode("utf-8").splitlines()
+                if new := added(lines):
+                    data = ("\n".join([*lines, *new]) + "\n").encode("utf-8")
+                    changed = True
+            rewritten.append((info, data))
+        if changed:
+            tmp = zip_path.with_name(zip_path.name + ".tmp")
+            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+                for info, data in rewritten:
+                    zf.writestr(info, data)
+            tmp.replace(zip_path)
 
 
 def run_otter_assign(homeworks: list[Homework], run_tests: bool = True) -> list[tuple[bool, str]]:
@@ -136,6 +204,8 @@ def run_otter_assign(homeworks: list[Homework], run_tests: bool = True) -> list[
         if ok:  # grader.check in the student's notebook applies the same integrity rule
             write_integrity_file(hw.student_notebook.parent, hw.name, hw.forbidden)
             write_integrity_file(hw.autograder_notebook.parent, hw.name, hw.forbidden)
+            if students_write_tests(hw):
+                add_requirements(hw, STUDENT_TEST_REQUIREMENTS)
         outcomes.append((ok, log.strip()))
     return outcomes
 
@@ -206,19 +276,15 @@ def build(
     return problems
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m attngrade assign", description="Build student versions and autograders for the homework."
-    )
-    p.add_argument("homework", nargs="*", help="homework names (default: all under exercises/)")
-    p.add_argument("-j", "--jobs", type=int, default=None, help="otter assign runs in parallel")
-    args = p.parse_args(argv)
-    homeworks = [load_homework(h) for h in args.homework] if args.homework else all_homework()
+def main(*, homework: Sequence[str] = (), jobs: int | None = None) -> int:
+    """``python -m attngrade assign [HOMEWORK ...]``: :func:`build` the homework named (default:
+    all under ``exercises/``) in ``jobs`` processes. Returns the exit status (0 or 1)."""
+    homeworks = [load_homework(h) for h in homework] if homework else all_homework()
     if not homeworks:
         print("no homework found", file=sys.stderr)
         return 1
     start = time.perf_counter()
-    problems = build(homeworks, args.jobs)
+    problems = build(homeworks, jobs)
     for line in problems:
         print(line, file=sys.stderr)
     took = time.perf_counter() - start
@@ -233,5 +299,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the one command line is attngrade.cli's
+    sys.exit("run it as: python -m attngrade assign ... (python -m attngrade assign --help)")

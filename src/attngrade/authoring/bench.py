@@ -10,7 +10,6 @@ per submission). Both must give full marks; it prints the seconds per submission
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import os
@@ -51,14 +50,10 @@ def bench_otter(hw, paths) -> tuple[float, list[float]]:
     return time.perf_counter() - start, fractions
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attngrade bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("homework", nargs="?", default="hw01")
-    parser.add_argument("-n", type=int, default=100, help="copies graded by the class grader")
-    parser.add_argument("--otter-n", type=int, default=3, help="copies graded by otter's grade_submission (0: skip)")
-    parser.add_argument("-j", "--jobs", type=int, default=None, help="parallel sandboxes (default: all cores)")
-    args = parser.parse_args(argv)
-    hw = load_homework(args.homework)
+def main(*, homework: str = "hw01", n: int = 100, otter_n: int = 3, jobs: int | None = None) -> int:
+    """``python -m attngrade bench``: the seconds per submission of each grader (see the module's
+    documentation). Returns the exit status: 0 when the class grader gave every copy full marks."""
+    hw = load_homework(homework)
     if not hw.is_built():
         from .assign import build
 
@@ -68,25 +63,25 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     solutions = hw.autograder_notebook.read_bytes()  # the master's solutions, as otter assign wrote them
     with tempfile.TemporaryDirectory(prefix="attnbook-bench-") as tmp:
-        paths = [Path(tmp) / f"copy{k:04d}.ipynb" for k in range(max(args.n, args.otter_n))]
+        paths = [Path(tmp) / f"copy{k:04d}.ipynb" for k in range(max(n, otter_n))]
         for path in paths:
             path.write_bytes(solutions)
-        jobs = args.jobs or os.cpu_count() or 1
-        ours, fr = bench_ours(hw, paths[: args.n], args.jobs)
+        cores = jobs or os.cpu_count() or 1
+        ours, fr = bench_ours(hw, paths[:n], jobs)
         print(
-            f"{hw.name}: class grader, {args.n} submissions on {jobs} cores: {ours:.1f} s in all, "
-            f"{ours / args.n:.3f} s per submission (full marks: {sum(f == 1 for f in fr)}/{len(fr)})"
+            f"{hw.name}: class grader, {n} submissions on {cores} cores: {ours:.1f} s in all, "
+            f"{ours / n:.3f} s per submission (full marks: {sum(f == 1 for f in fr)}/{len(fr)})"
         )
-        if args.otter_n > 0:
-            theirs, fo = bench_otter(hw, paths[: args.otter_n])
+        if otter_n > 0:
+            theirs, fo = bench_otter(hw, paths[:otter_n])
             print(
-                f"{hw.name}: otter grade_submission, {args.otter_n} submissions one by one: {theirs:.1f} s in all, "
-                f"{theirs / args.otter_n:.3f} s per submission (full marks: {sum(f == 1 for f in fo)}/{len(fo)})"
+                f"{hw.name}: otter grade_submission, {otter_n} submissions one by one: {theirs:.1f} s in all, "
+                f"{theirs / otter_n:.3f} s per submission (full marks: {sum(f == 1 for f in fo)}/{len(fo)})"
             )
-            print(f"speed-up per submission: {theirs / args.otter_n / (ours / args.n):.0f}x")
+            print(f"speed-up per submission: {theirs / otter_n / (ours / n):.0f}x")
         ok = all(f == 1 for f in fr)
     return 0 if ok else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # the one command line is attngrade.cli's
+    sys.exit("run it as: python -m attngrade bench ... (python -m attngrade bench --help)")

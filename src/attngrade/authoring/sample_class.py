@@ -21,7 +21,6 @@ Then, as in the instructor's guide ("the week after the deadline")::
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -79,13 +78,12 @@ def write_sample_class(hw: Homework, out: Path) -> Path:
     return folder
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m attngrade sample-class", description=__doc__.splitlines()[0])
-    p.add_argument("homework", help="homework name (hw02), its folder or its master notebook")
-    p.add_argument("--out", default=None, help="folder to write (default: sample-class/<homework>)")
-    args = p.parse_args(argv)
+def main(*, homework: str, out: str | Path | None = None) -> int:
+    """``python -m attngrade sample-class HOMEWORK``: :func:`write_sample_class` into ``out``
+    (default ``sample-class/<homework>``). Returns the exit status: 0, 1 when the homework could
+    not be built, 2 for an unknown homework or a folder holding another homework's class."""
     try:
-        hw = load_homework(args.homework)
+        hw = load_homework(homework)
     except (FileNotFoundError, ValueError) as exc:
         print(f"attngrade sample-class: {exc}", file=sys.stderr)
         return 2
@@ -96,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             print("\n".join(problems), file=sys.stderr)
             return 1
-    out = Path(args.out) if args.out else Path("sample-class") / hw.name
+    out = Path(out) if out else Path("sample-class") / hw.name
     try:
         folder = write_sample_class(hw, out)
     except ValueError as exc:

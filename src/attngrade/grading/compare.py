@@ -3,7 +3,9 @@ which tests changed in between.
 
 Every grading run writes ``tests.json`` beside its gradebook: a fingerprint (SHA-256) of each test
 case's source, points and visibility. ``attnbook-grade ... --compare OLD/gradebook.csv`` reads the
-old gradebook and the ``tests.json`` beside it before grading, and afterwards writes
+old gradebook and the ``tests.json`` beside it before grading, and afterwards compares them with
+the run's own rows (the whole class after an ``--only`` merge; never its gradebook read back) and
+writes
 
 * ``comparison.csv``: submission, question, before, after, change, for every score that moved
   (and for students who appear on one side only);
@@ -23,6 +25,8 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .results import GradebookRow, score_text
 
 TESTS_FILE = "tests.json"
 
@@ -95,26 +99,21 @@ class Comparison:
         return [c for c in self.changes if c.delta > 0]
 
 
-def _score(row: dict[str, str] | None, column: str) -> float | None:
-    if row is None or row.get(column, "") == "":
-        return None
-    try:
-        return float(row[column])
-    except ValueError:
-        return None
+def _score(row: GradebookRow | None, column: str) -> float | None:
+    return None if row is None else row.value(column)
 
 
 def compare(
-    old_rows: Sequence[dict[str, str]],
-    new_rows: Sequence[dict[str, str]],
+    old_rows: Sequence[GradebookRow],
+    new_rows: Sequence[GradebookRow],
     questions: Sequence[str],
     old_tests: dict[str, dict[str, str]] | None,
     new_tests: dict[str, dict[str, str]],
 ) -> Comparison:
     """Every (submission, question or total) whose score differs between the two gradebooks, and
     the test cases added, removed or changed between the two runs."""
-    old = {r["submission"]: r for r in old_rows}
-    new = {r["submission"]: r for r in new_rows}
+    old = {r.submission: r for r in old_rows}
+    new = {r.submission: r for r in new_rows}
     result = Comparison()
     for name in sorted(set(old) | set(new)):
         for column in [*questions, "total"]:
@@ -133,7 +132,7 @@ def compare(
 
 
 def _num(x: float | None) -> str:
-    return "" if x is None else f"{x:g}"
+    return "" if x is None else score_text(x)
 
 
 def comparison_csv(cmp: Comparison) -> str:

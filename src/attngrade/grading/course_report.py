@@ -14,8 +14,8 @@ A homework is known by what its grading run recorded (``run.json``, see
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,22 +39,22 @@ class HomeworkLosses:
 
 
 def homework_losses(folder: Path) -> HomeworkLosses | None:
-    """The losses of the homework graded into ``folder`` (None if it holds no gradebook)."""
-    rows = [r for r in read_gradebook(folder / "gradebook.csv") if r.get("status") != "error"]
+    """The losses of the homework graded into ``folder`` (None if it holds no gradebook).
+    ValueError names a gradebook cell that is not a number."""
+    rows = [r for r in read_gradebook(folder / "gradebook.csv") if r.status != "error"]
     if not rows:
         return None
-    fixed = {"submission", "total", "possible", "status", "error"}
-    questions = [c for c in rows[0] if c not in fixed]
+    questions = list(dict.fromkeys(q for r in rows for q in r.scores))  # the gradebook's question columns
     # each question's points, as the grading run recorded them (questions.json); without that
     # record, the best score any row got (then the losses are lower bounds)
     try:
         recorded = json.loads((folder / "questions.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         recorded = {}
-    best = {q: float(recorded.get(q) or max(float(r.get(q) or 0) for r in rows)) for q in questions}
-    possible_total = float(rows[0].get("possible") or sum(best.values()))
-    lost_total = sum(possible_total - float(r.get("total") or 0) for r in rows)
-    per_question = {q: sum(best[q] - float(r.get(q) or 0) for r in rows) for q in questions}
+    best = {q: float(recorded.get(q) or max(r.scores.get(q, 0.0) for r in rows)) for q in questions}
+    possible_total = rows[0].possible or sum(best.values())
+    lost_total = sum(possible_total - r.total for r in rows)
+    per_question = {q: sum(best[q] - r.scores.get(q, 0.0) for r in rows) for q in questions}
     return HomeworkLosses(
         name=recorded_homework(folder) or folder.name,
         folder=folder,
@@ -103,18 +103,21 @@ def course_report(grades: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m attngrade course-report", description=__doc__.splitlines()[0])
-    p.add_argument("grades", help="the folder holding one attnbook-grade output folder per homework")
-    p.add_argument("--out", default=None, help="file to write (default: GRADES/course_report.md)")
-    args = p.parse_args(argv)
-    grades = Path(args.grades)
+def main(*, grades: str | os.PathLike[str], out: str | os.PathLike[str] | None = None) -> int:
+    """``python -m attngrade course-report GRADES``: write :func:`course_report` of the folder
+    ``grades`` to ``out`` (default ``GRADES/course_report.md``) and print it. Returns the exit
+    status: 0, or 2 when ``grades`` is not a folder or holds a gradebook that cannot be read."""
+    grades = Path(grades)
     if not grades.is_dir():
         print(f"attngrade course-report: {grades} is not a folder", file=sys.stderr)
         return 2
-    text = course_report(grades)
-    out = Path(args.out) if args.out else grades / "course_report.md"
-    atomic_write(out, text)
+    try:
+        text = course_report(grades)
+    except ValueError as exc:
+        print(f"attngrade course-report: {exc}", file=sys.stderr)
+        return 2
+    target = Path(out) if out else grades / "course_report.md"
+    atomic_write(target, text)
     print(text)
-    print(f"written to {out}")
+    print(f"written to {target}")
     return 0

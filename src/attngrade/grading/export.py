@@ -2,6 +2,8 @@
 imports, refused (with the rows named) wherever the importer could put a grade on the wrong
 student, and scaled to the LMS item's points when asked.
 
+The rows are a grading run's own (``attnbook-grade ... --export``: the whole class, after an
+``--only`` merge too) or those of a gradebook an earlier run wrote (``python -m attngrade export``).
 A gradebook row is named after the submission (the file ``alice.ipynb`` is the row ``alice``); the
 LMS knows the student by its own identifiers. A **roster** CSV maps one to the other, in one of two
 forms (a header row; columns in any order, names in any case):
@@ -22,7 +24,8 @@ matched by two rows, and a roster student with no gradebook row are all listed i
 (``status=error``: their score is not the student's). With ``missing_as_zero`` the roster's
 students without a submission get 0 instead, and are listed.
 
-The formats, from each system's documentation and the source of its importer:
+The formats (:data:`FORMATS`, the one list of them), from each system's documentation and the
+source of its importer:
 
 * ``canvas``: Canvas's gradebook CSV, as its *Export* writes it and its *Import* reads it:
   ``Student, ID, SIS User ID, SIS Login ID, Section``, one column for the assignment and a
@@ -51,6 +54,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import re
 import sys
@@ -61,7 +65,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FORMATS = ("canvas", "moodle")
+from .report import read_gradebook, recorded_homework
+from .results import GradebookRow
+
 ROSTER_COLUMNS = ("submission", "id", "name", "email", "username", "sis_user_id", "sis_login_id", "section")
 
 #: Canvas's importer drops every column whose header contains one of these (its
@@ -221,7 +227,7 @@ def _number(text: str | None) -> float | None:
 
 
 def match_roster(
-    rows: Sequence[dict[str, str]], roster: Sequence[Student], *, missing_as_zero: bool = False
+    rows: Sequence[GradebookRow], roster: Sequence[Student], *, missing_as_zero: bool = False
 ) -> tuple[list[Grade], list[str]]:
     """Each roster student's grade, in the roster's order, and the students given 0 for having no
     row (only with ``missing_as_zero``). RosterMismatch lists every problem found."""
@@ -232,20 +238,20 @@ def match_roster(
             by_key[k].append(s)
     rows_by_key: dict[str, list[str]] = defaultdict(list)
     for row in rows:
-        rows_by_key[same_name(row["submission"])].append(row["submission"])
+        rows_by_key[same_name(row.submission)].append(row.submission)
     doubled = sorted(names for names in rows_by_key.values() if len(names) > 1)
     if doubled:
         problems.append(f"gradebook rows that are one name written twice (case or Unicode form): {doubled}")
     owner: dict[str, Student] = {}
     unknown, ambiguous = [], []
     for row in rows:
-        found = list(dict.fromkeys(by_key.get(same_name(row["submission"]), [])))
+        found = list(dict.fromkeys(by_key.get(same_name(row.submission), [])))
         if not found:
-            unknown.append(row["submission"])
+            unknown.append(row.submission)
         elif len(found) > 1:
-            ambiguous.append(f"{row['submission']!r} matches roster {', '.join(s.label() for s in found)}")
+            ambiguous.append(f"{row.submission!r} matches roster {', '.join(s.label() for s in found)}")
         else:
-            owner[row["submission"]] = found[0]
+            owner[row.submission] = found[0]
     claimed: dict[Student, list[str]] = defaultdict(list)
     for name, s in owner.items():
         claimed[s].append(name)
@@ -260,33 +266,33 @@ def match_roster(
     if absent and not missing_as_zero:
         names = [s.submission or s.name or s.id for s in absent]
         problems.append(f"roster students with no gradebook row: {names} (--missing-as-zero gives them 0)")
-    failed = sorted(row["submission"] for row in rows if row.get("status") == "error")
+    failed = sorted(row.submission for row in rows if row.status == "error")
     if failed:
         problems.append(f"rows the grader failed on (status=error; re-grade them with --only): {failed}")
     bad = sorted(
-        row["submission"]
+        row.submission
         for row in rows
-        if _number(row.get("total")) is None or not (_number(row.get("possible")) or 0) > 0
+        if not math.isfinite(row.total) or not (math.isfinite(row.possible) and row.possible > 0)
     )
     if bad:
         problems.append(f"rows without a numeric total and a positive 'possible': {bad}")
-    possibles: dict[float | None, list[str]] = defaultdict(list)
+    possibles: dict[float, list[str]] = defaultdict(list)
     for row in rows:
-        possibles[_number(row.get("possible"))].append(row["submission"])
+        possibles[row.possible].append(row.submission)
     if len(possibles) > 1:
         problems.append(
             "rows graded out of different totals (one LMS item has one maximum; re-grade them together): "
-            + "; ".join(f"{p if p is not None else '(blank)'}: {sorted(n)}" for p, n in possibles.items())
+            + "; ".join(f"{p}: {sorted(n)}" for p, n in possibles.items())
         )
     if problems:
         raise RosterMismatch("; ".join(problems))
-    possible = _number(rows[0]["possible"]) if rows else None
-    if possible is None:
+    if not rows:
         raise RosterMismatch("the gradebook has no row: nothing to export")
-    row_of = {row["submission"]: row for row in rows}
+    possible = rows[0].possible
+    row_of = {row.submission: row for row in rows}
     by_student = {s: name for name, s in owner.items()}
     grades = [
-        Grade(s, float(row_of[by_student[s]]["total"]), possible, by_student[s])
+        Grade(s, row_of[by_student[s]].total, possible, by_student[s])
         if s in by_student
         else Grade(s, 0.0, possible, None)
         for s in roster
@@ -386,10 +392,6 @@ def moodle_csv(grades: Sequence[Grade], scores: Sequence[str], assignment: str, 
     return _csv(rows)
 
 
-WRITERS = {"canvas": canvas_csv, "moodle": moodle_csv}
-CHECKS = {"canvas": canvas_problems, "moodle": moodle_problems}
-
-
 def _csv(rows: list[list[str]]) -> str:
     buf = io.StringIO()
     csv.writer(buf).writerows(rows)
@@ -408,8 +410,52 @@ def points_text(x: float) -> str:
     return "0" if text in ("-0", "") else text
 
 
+def canvas_notes(assignment: str) -> list[str]:
+    """What the instructor should know about a Canvas column named ``assignment``."""
+    if CANVAS_TITLE_AND_ID.match(assignment):
+        return []
+    return [
+        f"Canvas matches the column {assignment!r} to the assignment with exactly that title; "
+        "--assignment 'Title (id)' (the id in the assignment's URL) matches it by id"
+    ]
+
+
+def canvas_advice(points: str, assignment: str) -> str:
+    return f"the Canvas assignment {assignment!r} must be worth {points} points (the scores are out of {points})"
+
+
+def moodle_advice(points: str, assignment: str) -> str:
+    return (
+        f"map the column {assignment!r} to a Moodle grade item whose maximum grade is {points} (a new grade "
+        f"item gets 100; the scores are out of {points}); identify users by a column of the same meaning "
+        "(Email address to Email address, ...), never by 'User ID'"
+    )
+
+
+@dataclass(frozen=True)
+class Format:
+    """One LMS's import file: why it could misplace a grade, how it is written, what to tell the
+    instructor about it."""
+
+    problems: Callable[[Sequence[Grade], str], list[str]]
+    """(grades, assignment) -> why the importer could put a grade on the wrong student or item."""
+    write: Callable[[Sequence[Grade], Sequence[str], str, str], str]
+    """(grades, scores, assignment, points) -> the file's text."""
+    advice: Callable[[str, str], str]
+    """(points, assignment) -> the points the LMS item must have, and how to import the file."""
+    notes: Callable[[str], list[str]] = lambda assignment: []
+    """(assignment) -> what to know about the column's name."""
+
+
+#: the LMS formats, by the name the command line takes (``--export``, ``--format``)
+FORMATS: dict[str, Format] = {
+    "canvas": Format(canvas_problems, canvas_csv, canvas_advice, canvas_notes),
+    "moodle": Format(moodle_problems, moodle_csv, moodle_advice),
+}
+
+
 def export(
-    rows: Sequence[dict[str, str]],
+    rows: Sequence[GradebookRow],
     roster: Sequence[Student],
     fmt: str,
     assignment: str,
@@ -419,41 +465,31 @@ def export(
 ) -> Exported:
     """The gradebook ``rows`` as ``fmt``'s CSV text for the LMS item ``assignment``, scaled to
     ``points`` if given. RosterMismatch (a ValueError) names every row the LMS could misplace."""
-    if fmt not in WRITERS:
+    if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if points is not None and not (points > 0 and points == points and points != float("inf")):
         raise ValueError(f"--points must be a positive number, not {points}")
     assignment = assignment.strip()  # Canvas finds "Title (id)" only at the header's very end
     grades, zeros = match_roster(rows, roster, missing_as_zero=missing_as_zero)
-    problems = CHECKS[fmt](grades, assignment)
+    lms = FORMATS[fmt]
+    problems = lms.problems(grades, assignment)
     if problems:
         raise RosterMismatch("; ".join(problems))
     possible = grades[0].possible
     scale = points if points is not None else possible
     scores = [points_text(g.score * scale / possible) for g in grades]
-    text = WRITERS[fmt](grades, scores, assignment, points_text(scale))
+    text = lms.write(grades, scores, assignment, points_text(scale))
     notes = []
-    review = sorted(row["submission"] for row in rows if row.get("status") == "review")
+    review = sorted(row.submission for row in rows if row.status == "review")
     if review:
         notes.append(f"rows flagged for review (status=review; the reason is in their feedback): {review}")
-    if fmt == "canvas" and not CANVAS_TITLE_AND_ID.match(assignment):
-        notes.append(
-            f"Canvas matches the column {assignment!r} to the assignment with exactly that title; "
-            "--assignment 'Title (id)' (the id in the assignment's URL) matches it by id"
-        )
+    notes += lms.notes(assignment)
     return Exported(text, assignment, len(grades), scale, zeros, notes)
 
 
 def item_points_advice(fmt: str, result: Exported) -> str:
     """One line: the points the LMS item must have for these scores to mean what they say."""
-    pts, assignment = points_text(result.points), result.assignment
-    if fmt == "canvas":
-        return f"the Canvas assignment {assignment!r} must be worth {pts} points (the scores are out of {pts})"
-    return (
-        f"map the column {assignment!r} to a Moodle grade item whose maximum grade is {pts} (a new grade "
-        f"item gets 100; the scores are out of {pts}); identify users by a column of the same meaning "
-        "(Email address to Email address, ...), never by 'User ID'"
-    )
+    return FORMATS[fmt].advice(points_text(result.points), result.assignment)
 
 
 def write_export(path: Path, make: Callable[[], Exported]) -> tuple[Exported | None, str]:
@@ -485,25 +521,31 @@ def write_export(path: Path, make: Callable[[], Exported]) -> tuple[Exported | N
         return None, message
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m attngrade export GRADEBOOK --roster ROSTER --format canvas [--assignment TITLE]
-    [--points N | --percent] [--out FILE]``."""
-    import argparse
+def scale(points: float | None, percent: bool) -> float | None:
+    """The points to scale the scores to: ``--percent`` is 100, else ``--points`` (None: raw points)."""
+    return 100.0 if percent else points
 
-    from .report import read_gradebook, recorded_homework
 
-    p = argparse.ArgumentParser(
-        prog="python -m attngrade export", description="Write a gradebook as the CSV file an LMS imports."
-    )
-    p.add_argument("gradebook", help="a gradebook.csv written by attnbook-grade")
-    add_export_options(p, required=True)
-    p.add_argument("--out", default=None, help="file to write (default: FORMAT.csv beside the gradebook)")
-    args = p.parse_args(argv)
-    gradebook = Path(args.gradebook)
+def main(
+    *,
+    gradebook: str | os.PathLike[str],
+    lms: str,
+    roster: str | os.PathLike[str],
+    assignment: str | None = None,
+    points: float | None = None,
+    percent: bool = False,
+    missing_as_zero: bool = False,
+    out: str | os.PathLike[str] | None = None,
+) -> int:
+    """``python -m attngrade export GRADEBOOK --roster ROSTER --format canvas ...``: an earlier
+    run's gradebook as the file the LMS imports (default ``FORMAT.csv`` beside the gradebook),
+    for the LMS item ``assignment`` (default: the homework the run recorded). Returns the exit
+    status: 0, or 2 when the export was refused (an earlier export file of that name is removed)."""
+    gradebook = Path(gradebook)
     if not gradebook.is_file():
         print(f"attngrade export: {gradebook} is not a gradebook file", file=sys.stderr)
         return 2
-    assignment = args.assignment or recorded_homework(gradebook.parent)
+    assignment = assignment or recorded_homework(gradebook.parent)
     if not assignment:
         print(
             f"attngrade export: no record of the homework graded into {gradebook.parent}; "
@@ -511,59 +553,26 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    out = Path(args.out) if args.out else gradebook.parent / f"{args.format}.csv"
-    if out.resolve() == gradebook.resolve():
-        print(f"attngrade export: --out {out} is the gradebook itself", file=sys.stderr)
+    target = Path(out) if out else gradebook.parent / f"{lms}.csv"
+    if target.resolve() == gradebook.resolve():
+        print(f"attngrade export: --out {target} is the gradebook itself", file=sys.stderr)
         return 2
     result, error = write_export(
-        out,
+        target,
         lambda: export(
             read_gradebook(gradebook),
-            read_roster(args.roster),
-            args.format,
+            read_roster(roster),
+            lms,
             assignment,
-            missing_as_zero=args.missing_as_zero,
-            points=export_points(args),
+            missing_as_zero=missing_as_zero,
+            points=scale(points, percent),
         ),
     )
     if result is None:
         print(f"attngrade export: {error}", file=sys.stderr)
         return 2
-    report_export(args.format, result, out)
+    report_export(lms, result, target)
     return 0
-
-
-def export_points(args) -> float | None:
-    return 100.0 if getattr(args, "percent", False) else getattr(args, "points", None)
-
-
-def add_export_options(p, *, required: bool) -> None:
-    """The options of an export, shared by ``python -m attngrade export`` and ``attnbook-grade``."""
-    p.add_argument(
-        "--format" if required else "--export",
-        dest="format" if required else "export",
-        required=required,
-        default=None,
-        choices=FORMATS,
-        help="the LMS whose import file to write" + ("" if required else " (needs --roster)"),
-    )
-    p.add_argument(
-        "--roster",
-        required=required,
-        default=None,
-        help="CSV with columns submission,id[,name,email,username,sis_user_id,sis_login_id,section], "
-        "or Canvas's own gradebook export",
-    )
-    p.add_argument(
-        "--assignment",
-        default=None,
-        help="the LMS item's name: for Canvas 'Title (id)' with the id in the assignment's URL, or its "
-        "exact title (default: the homework's name)",
-    )
-    scale = p.add_mutually_exclusive_group()
-    scale.add_argument("--points", type=float, default=None, help="scale the scores to the LMS item's N points")
-    scale.add_argument("--percent", action="store_true", help="scale the scores to 100 (same as --points 100)")
-    p.add_argument("--missing-as-zero", action="store_true", help="give roster students without a row 0")
 
 
 def report_export(fmt: str, result: Exported, out: Path) -> None:

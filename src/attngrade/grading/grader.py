@@ -1,6 +1,7 @@
 """Grading submissions: each in a bubblewrap sandbox, every verdict computed in the grader's process.
 
-For one submission the grader (1) reads the notebook's code cells as text (:mod:`.notebook`),
+For one submission (found, with its student's name, by :mod:`.finder`) the grader (1) reads the
+notebook's code cells as text (:mod:`.notebook`),
 (2) reads them statically for constructs an instructor may want to review (:mod:`.static`; this
 never changes a score), (3) has a sandbox execute them (:mod:`.bubblewrap`, :mod:`.session`, :mod:`attngrade.sandboxed.worker`), and
 (4) runs each question's otter tests *here*, passing them proxies that call the student's
@@ -32,7 +33,8 @@ from ..homework import Homework, Question, TestCaseSpec
 from ..sandboxed.warm_ups import warm_ups
 from . import static
 from .bubblewrap import INSTALL_HINT, InfrastructureError, SandboxError, SandboxUnavailable, Worker, find_bwrap
-from .notebook import Submission, SubmissionError, read_submission, submission_name
+from .finder import Entry, entry_at
+from .notebook import Submission, SubmissionError, read_submission
 from .results import CaseResult, QuestionResult, SubmissionResult
 from .session import Session
 from .view import build_view, hidden_paths
@@ -389,22 +391,27 @@ class Grader:
             bar.close()
         return [r for r in results if r is not None]
 
-    def grade_paths(self, paths: Iterable[str | os.PathLike[str]], *, progress: bool = False) -> list[SubmissionResult]:
-        """Grade submitted files. Every file is read into memory before any student code runs; a
-        file that cannot be read scores 0 with the reason (that row only)."""
+    def grade_entries(self, entries: Iterable[Entry], *, progress: bool = False) -> list[SubmissionResult]:
+        """Grade the submissions :func:`.finder.find_submissions` found, each under the name it
+        found; results sorted by name. Every file is read into memory before any student code runs;
+        a file that cannot be read scores 0 with the reason (that row only)."""
         items, unreadable = [], []
-        for p in paths:
-            p = Path(p)
+        for entry in entries:
             try:
-                items.append(read_submission(p))
+                items.append(read_submission(entry))
             except SubmissionError as exc:
                 unreadable.append(
                     _zero(
-                        submission_name(p),
-                        str(p),
+                        entry.name,
+                        str(entry.path),
                         self.questions,
                         f"the submission could not be read as a notebook: {exc}",
                     )
                 )
         graded = self._grade_items(items, progress=progress)
         return sorted(graded + unreadable, key=lambda r: r.submission)
+
+    def grade_paths(self, paths: Iterable[str | os.PathLike[str]], *, progress: bool = False) -> list[SubmissionResult]:
+        """Grade submitted files (or students' folders), each named as the finder names it
+        (:func:`.finder.entry_at`); see :meth:`grade_entries`."""
+        return self.grade_entries([entry_at(p) for p in paths], progress=progress)

@@ -1,4 +1,4 @@
-"""Reading submitted notebooks: the only code of the grader that touches the files students sent.
+"""Reading submitted notebooks: the only code of the grader that opens the files students sent.
 
 It runs in the grader's own process (as root or as an ordinary user), before any sandbox, on files
 nobody has checked, so it never executes anything, never follows a symbolic link, never opens
@@ -7,22 +7,8 @@ read in memory, nothing is extracted) and never reads or inflates more than :dat
 Everything a file can get wrong raises :class:`SubmissionError`, whose message goes into that
 student's feedback: it names the file (never the instructor's folders) and what is wrong with it.
 
-**What is a submission** (:func:`find_submissions`): in the class folder,
-
-* every ``*.ipynb`` and ``*.zip`` file (suffix in any case); the student's name is the file name
-  without that suffix, exactly as given (``Anna Lee, "A".ipynb`` is ``Anna Lee, "A"``), so
-  instructors collect one file per student and name it after the student: ``alice.zip``,
-  ``bob.zip``, ... even if every zip holds ``hw02.ipynb``;
-* every sub-folder that directly holds at least one ``*.ipynb`` or ``*.zip``: a folder per student
-  (``alice/hw02.ipynb``, ``bob/hw02.zip``), the student's name being the folder's name. A student
-  folder must hold exactly one notebook or zip; with two or more, that student's row is an error
-  that names them. Folders without any (the ``--out`` folder, for instance) are not submissions.
-
-Hidden names (``.x``, which includes ``.ipynb_checkpoints``) and ``__MACOSX`` are skipped. Symbolic
-links and special files with a submission's name are listed, so that their row says why they
-could not be read, but are never followed or opened; a link to a folder is not a student
-folder. Two submissions with one name (``alice.ipynb``
-and ``alice.zip``, or ``alice.zip`` and ``alice/``) are a :class:`ValueError` for the whole run.
+Which files are submissions, and whose each is, is :mod:`.finder`'s business: the reader takes
+an :class:`~.finder.Entry` (name and path) and reads it.
 
 **Reading** (:func:`read_submission`): a notebook is UTF-8 JSON (a byte-order mark is accepted,
 UTF-16 with a byte-order mark too), nbformat 4 (``cells``) or 3 (``worksheets[].cells`` with
@@ -54,9 +40,11 @@ import re
 import stat
 import zipfile
 import zlib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .finder import Entry, candidates, decoded_name, entry_at, has_suffix
+from .finder import shown as _show
 
 MAX_BYTES = 64 * 2**20
 """The most bytes a notebook may have once its outputs are removed (the notebook inflated from a
@@ -75,7 +63,6 @@ MAX_CELLS = 20_000
 MAX_NOTES = 10
 """Notes about odd cells kept per submission (the rest are counted)."""
 
-SUFFIXES = (".ipynb", ".zip")
 _CHUNK = 2**20
 _OPEN_FLAGS = (
     os.O_RDONLY
@@ -95,7 +82,7 @@ class SubmissionError(ValueError):
 @dataclass
 class Submission:
     name: str
-    """The student's name: the file's name without ``.ipynb``/``.zip``, or the student's folder."""
+    """The student's name, as the finder gave it (:attr:`.finder.Entry.name`)."""
     path: Path | None
     """The file that was read (inside the student's folder, if there is one); None for code
     given as text (``Grader.grade_sources``)."""
@@ -103,149 +90,6 @@ class Submission:
     """The code cells' source, in order."""
     notes: list[str] = field(default_factory=list)
     """What was odd but not fatal (cells read as empty), for the student's feedback."""
-
-
-# -- names --------------------------------------------------------------------------------------
-
-
-def _show(name: str, limit: int = 80) -> str:
-    """A file or entry name as it may be shown in feedback: quoted, control characters escaped,
-    cut to ``limit`` characters."""
-    text = "".join(
-        c if c.isprintable() and not _is_bidi(c) else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}"
-        for c in name[:limit]
-    )
-    return f"'{text}{'...' if len(name) > limit else ''}'"
-
-
-def _is_bidi(c: str) -> bool:
-    return c in "\u061c\u200e\u200f" or "\u202a" <= c <= "\u202e" or "\u2066" <= c <= "\u2069"
-
-
-def _decoded_name(name: str) -> str:
-    """A file name as text that can be written anywhere: bytes that were not UTF-8 (kept by
-    Python as lone surrogates) are written ``\\xNN``."""
-    try:
-        name.encode("utf-8")
-        return name
-    except UnicodeEncodeError:
-        return os.fsencode(name).decode("utf-8", "backslashreplace")
-
-
-def _has_suffix(name: str) -> bool:
-    return name.lower().endswith(SUFFIXES)
-
-
-def _stem(name: str) -> str:
-    for suffix in SUFFIXES:
-        if name.lower().endswith(suffix) and len(name) > len(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-def _skipped(name: str) -> bool:
-    return name.startswith(".") or name == "__MACOSX"
-
-
-def submission_name(path: str | os.PathLike[str]) -> str:
-    """The student's name for a path :func:`find_submissions` returned."""
-    path = Path(path)
-    name = path.name
-    try:
-        if stat.S_ISDIR(os.lstat(path).st_mode):
-            return _decoded_name(name)
-    except OSError:
-        pass
-    return _decoded_name(_stem(name))
-
-
-# -- finding ------------------------------------------------------------------------------------
-
-
-def _candidates(entries) -> list[os.DirEntry]:
-    """The entries of a folder that may be a submission file: suffix, not hidden, not a folder
-    (symbolic links and special files are kept, to be refused with a reason)."""
-    out = []
-    for e in entries:
-        if _skipped(e.name) or not _has_suffix(e.name):
-            continue
-        try:
-            if e.is_dir(follow_symlinks=False):
-                continue
-        except OSError:
-            pass
-        out.append(e)
-    return out
-
-
-def find_submissions(folder: str | os.PathLike[str], only: Iterable[str] | None = None) -> list[Path]:
-    """The submissions in ``folder``, sorted: its ``*.ipynb`` and ``*.zip`` files, and its
-    sub-folders that hold one (one folder per student); see the module's documentation. With
-    ``only`` (student names, the command line's ``--only``), just theirs.
-
-    Raises :class:`NotADirectoryError` if ``folder`` is not a folder and :class:`ValueError` if two
-    submissions have one student name, or if a name in ``only`` has no submission."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise NotADirectoryError(f"{folder} is not a folder of submitted notebooks")
-    found: list[Path] = []
-    with os.scandir(folder) as it:
-        entries = list(it)
-    found.extend(Path(e.path) for e in _candidates(entries))
-    for e in entries:
-        if _skipped(e.name):
-            continue
-        try:
-            if not e.is_dir(follow_symlinks=False):
-                continue
-            with os.scandir(e.path) as inner:
-                if _candidates(inner):
-                    found.append(Path(e.path))
-        except OSError:
-            continue  # a folder we may not list is not a submission
-    found.sort()
-    by_name: dict[str, list[str]] = {}
-    for p in found:
-        by_name.setdefault(submission_name(p), []).append(p.name)
-    twice = {n: ps for n, ps in by_name.items() if len(ps) > 1}
-    if twice:
-        listing = "; ".join(" and ".join(map(_show, ps)) for ps in twice.values())
-        raise ValueError(f"{folder}: two submissions for one student: {listing}; keep one submission per student")
-    if only is not None:
-        wanted = set(only)
-        missing = wanted - set(by_name)
-        if missing:
-            raise ValueError(f"no submission named {sorted(missing)} in {folder}")
-        found = [p for p in found if submission_name(p) in wanted]
-    return found
-
-
-def ignored_entries(folder: str | os.PathLike[str]) -> list[tuple[str, str]]:
-    """What :func:`find_submissions` leaves out of ``folder``, as (name, reason) pairs, sorted, so
-    that no file vanishes from a class without a word: hidden files, files that are neither
-    ``.ipynb`` nor ``.zip``, and folders that hold no submission."""
-    folder = Path(folder)
-    kept = {p.name for p in find_submissions(folder)}
-    out = []
-    with os.scandir(folder) as it:
-        entries = sorted(it, key=lambda e: e.name)
-    for e in entries:
-        if e.name in kept:
-            continue
-        try:
-            is_dir = e.is_dir(follow_symlinks=False)
-        except OSError:
-            is_dir = False
-        if e.name == "__MACOSX":
-            reason = "macOS's archive metadata"
-        elif e.name.startswith("."):
-            reason = "a hidden " + ("folder" if is_dir else "file") + " (its name starts with '.')"
-        elif is_dir:
-            reason = "a folder with no .ipynb or .zip file in it"
-        else:
-            reason = "not a .ipynb or .zip file"
-        out.append((_show(_decoded_name(e.name)), reason))
-    return out
 
 
 # -- reading bytes ------------------------------------------------------------------------------
@@ -593,7 +437,7 @@ def _zip_cells(data: bytes, shown: str, depth: int = 0) -> tuple[list[str], list
             if info.is_dir():
                 continue
             if _unsafe_entry(name) or _is_symlink_entry(info):
-                if _has_suffix(name):
+                if has_suffix(name):
                     passed_over.append(name)
                 continue
             if _ignored_entry(name):
@@ -626,7 +470,7 @@ def _zip_cells(data: bytes, shown: str, depth: int = 0) -> tuple[list[str], list
 
 
 def _read_folder(path: Path, name: str) -> Submission:
-    shown = _show(_decoded_name(path.name))
+    shown = _show(decoded_name(path.name))
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         dfd = os.open(path, flags)
@@ -637,19 +481,19 @@ def _read_folder(path: Path, name: str) -> Submission:
     try:
         try:
             with os.scandir(dfd) as it:
-                found = sorted(e.name for e in _candidates(it))
+                found = sorted(e.name for e in candidates(it))
         except OSError as exc:
             raise SubmissionError(
                 f"the folder {shown} could not be listed ({exc.strerror or type(exc).__name__})"
             ) from None
         if len(found) != 1:
-            listing = ", ".join(_show(_decoded_name(n)) for n in found[:5])
+            listing = ", ".join(_show(decoded_name(n)) for n in found[:5])
             raise SubmissionError(
                 f"the folder {shown} must hold exactly one notebook (.ipynb) or zip, "
                 f"it holds {len(found)}" + (f": {listing}" if found else "")
             )
         inner = path / found[0]
-        inner_shown = _show(_decoded_name(f"{path.name}/{found[0]}"))
+        inner_shown = _show(decoded_name(f"{path.name}/{found[0]}"))
         data = _read_file(inner, inner_shown, dir_fd=dfd, limit=MAX_FILE_BYTES)
     finally:
         os.close(dfd)
@@ -664,12 +508,14 @@ def _from_bytes(data: bytes, path: Path, name: str, shown: str) -> Submission:
     return Submission(name=name, path=path, cells=cells, notes=notes)
 
 
-def read_submission(path: str | os.PathLike[str]) -> Submission:
-    """Read one submission (a notebook, a zip holding one, or a student's folder holding either);
+def read_submission(entry: Entry | str | os.PathLike[str]) -> Submission:
+    """Read one submission (a notebook, a zip holding one, or a student's folder holding either)
+    under the name the finder gave it (a bare path is named by :func:`.finder.entry_at`);
     :class:`SubmissionError` says why it cannot be read."""
-    path = Path(path)
-    name = submission_name(path)
-    shown = _show(_decoded_name(path.name))
+    if not isinstance(entry, Entry):
+        entry = entry_at(entry)
+    path, name = entry.path, entry.name
+    shown = _show(decoded_name(path.name))
     try:
         st = os.lstat(path)
     except OSError as exc:

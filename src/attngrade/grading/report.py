@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .results import SubmissionResult
+from .results import GradebookRow, SubmissionResult, score_text
 
 FIXED_COLUMNS = ("total", "possible", "status", "error")
 
@@ -105,11 +105,15 @@ def unique_filenames(names: list[str]) -> list[str]:
 
 @dataclass
 class Written:
+    """What :func:`write_reports` wrote, and the whole class's rows (after a merge too), for the
+    comparison and the LMS export of the same run."""
+
     gradebook: Path
     feedback: list[Path]
     summary: Path
     histogram: Path | None
     summary_text: str
+    rows: list[GradebookRow]
 
 
 def atomic_write(path: Path, data: str | bytes) -> None:
@@ -160,8 +164,7 @@ def recorded_time(folder: Path) -> float:
         return 0.0
 
 
-def _num(x: float) -> str:
-    return f"{x:g}"
+_num = score_text
 
 
 def _cell_name(name: str) -> str:
@@ -169,41 +172,49 @@ def _cell_name(name: str) -> str:
     return ("'" + name) if name[:1] in ("=", "+", "-", "@", "\t", "\r") else name
 
 
-def _row(r: SubmissionResult, questions: Sequence[str]) -> dict[str, str]:
-    scores = {q.name: q.score for q in r.questions}
-    row = {"submission": r.submission}
-    row.update({q: _num(scores.get(q, 0.0)) for q in questions})
-    error = r.error.splitlines()[0][:300] if r.error else ""
-    row.update({"total": _num(r.total), "possible": _num(r.possible), "status": r.status, "error": error})
-    return row
-
-
-def gradebook_csv(rows: Sequence[dict[str, str]], questions: Sequence[str]) -> str:
+def gradebook_csv(rows: Sequence[GradebookRow], questions: Sequence[str]) -> str:
     """CSV text: submission, one column per question, total, possible, status, error."""
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["submission", *questions, *FIXED_COLUMNS])
-    for row in sorted(rows, key=lambda r: r["submission"]):
+    for row in sorted(rows, key=lambda r: r.submission):
         w.writerow(
             [
-                _cell_name(row["submission"]),
-                *(row.get(q, "0") for q in questions),
-                *(row.get(c, "") for c in FIXED_COLUMNS),
+                _cell_name(row.submission),
+                *(_num(row.scores.get(q, 0.0)) for q in questions),
+                _num(row.total),
+                _num(row.possible),
+                row.status,
+                row.error,
             ]
         )
     return buf.getvalue()
 
 
-def read_gradebook(path: Path) -> list[dict[str, str]]:
-    """The rows of an existing gradebook (submission names unescaped)."""
+def read_gradebook(path: Path) -> list[GradebookRow]:
+    """The rows of a gradebook an earlier run wrote (submission names unescaped; [] if there is
+    none). ValueError names the file, the line and the column of a score that is not a number."""
     if not path.exists():
         return []
+    rows = []
     with open(path, encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f))
-    for row in rows:
-        name = row.get("submission", "")
-        if name[:2] in ("'=", "'+", "'-", "'@", "'\t", "'\r"):
-            row["submission"] = name[1:]
+        reader = csv.DictReader(f)
+        questions = [c for c in reader.fieldnames or [] if c != "submission" and c not in FIXED_COLUMNS]
+
+        def number(raw: dict, column: str) -> float:
+            text = (raw.get(column) or "").strip()
+            try:
+                return float(text)
+            except ValueError:
+                raise ValueError(f"{path}, line {reader.line_num}: {column!r} is {text!r}, not a number") from None
+
+        for raw in reader:
+            name = raw.get("submission") or ""
+            if name[:2] in ("'=", "'+", "'-", "'@", "'\t", "'\r"):
+                name = name[1:]
+            scores = {q: number(raw, q) for q in questions if (raw.get(q) or "").strip()}
+            total, possible = number(raw, "total"), number(raw, "possible")
+            rows.append(GradebookRow(name, scores, total, possible, raw.get("status") or "ok", raw.get("error") or ""))
     return rows
 
 
@@ -266,7 +277,7 @@ def failure_summary(r: SubmissionResult) -> list[str]:
 
 
 def summary_text(
-    rows: Sequence[dict[str, str]],
+    rows: Sequence[GradebookRow],
     questions: Sequence[str],
     results: Sequence[SubmissionResult],
     homework: str,
@@ -282,7 +293,7 @@ def summary_text(
     hidden tests it failed (:func:`hidden_failures`); by default it is read off ``results``.
     ``mistakes`` (:func:`named_mistakes`, for every graded row) adds what the class got wrong: the
     questions ranked by points lost, each with how many students each named mistake explains."""
-    graded = [r for r in rows if r.get("status") != "error"]
+    graded = [r for r in rows if r.status != "error"]
     possible: dict[str, float] = {}
     for r in results:
         for q in r.questions:
@@ -291,19 +302,19 @@ def summary_text(
         f"# {homework}: class summary",
         "",
         f"{len(rows)} submissions: "
-        + ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.get("status", "ok") for r in rows).items())),
+        + ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.status for r in rows).items())),
         "",
     ]
     if graded:
         lines += ["| question | average | possible |", "|---|---|---|"]
         for q in questions:
-            vals = [float(r.get(q) or 0) for r in graded]
+            vals = [r.scores.get(q, 0.0) for r in graded]
             lines.append(f"| {q} | {sum(vals) / len(vals):.2f} | {_num(possible.get(q, 0))} |")
-        totals = [float(r.get("total") or 0) for r in graded]
+        totals = [r.total for r in graded]
         lines += [
             "",
             f"Average total: {sum(totals) / len(totals):.2f} of "
-            f"{graded[0].get('possible', '?')} (status=error rows left out)",
+            f"{_num(graded[0].possible)} (status=error rows left out)",
             "",
         ]
     if hidden_failed is None:
@@ -372,7 +383,11 @@ def read_record(path: Path) -> dict[str, list[str]]:
 
 
 def _merged_record(
-    path: Path, fresh: dict[str, list[str]], results: Sequence[SubmissionResult], rows: dict, merge: bool
+    path: Path,
+    fresh: dict[str, list[str]],
+    results: Sequence[SubmissionResult],
+    rows: dict[str, GradebookRow],
+    merge: bool,
 ) -> dict[str, list[str]]:
     """The record at ``path`` with the rows graded now replaced (``merge``) or alone, kept for the
     rows of the gradebook that were graded (status=error left out), written back to ``path``."""
@@ -380,7 +395,7 @@ def _merged_record(
     for r in results:
         record.pop(r.submission, None)
     record.update(fresh)
-    record = {n: record[n] for n in sorted(record) if n in rows and rows[n].get("status") != "error"}
+    record = {n: record[n] for n in sorted(record) if n in rows and rows[n].status != "error"}
     atomic_write(path, json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     return record
 
@@ -406,11 +421,11 @@ def misconceptions_csv(mistakes: dict[str, list[str]]) -> str:
 
 
 def points_lost(
-    rows: Sequence[dict[str, str]], questions: Sequence[str], possible: dict[str, float]
+    rows: Sequence[GradebookRow], questions: Sequence[str], possible: dict[str, float]
 ) -> list[tuple[str, float]]:
     """Per question, the points the graded rows lost in all, most first."""
-    graded = [r for r in rows if r.get("status") != "error"]
-    lost = {q: sum(possible.get(q, 0.0) - float(r.get(q) or 0) for r in graded) for q in questions}
+    graded = [r for r in rows if r.status != "error"]
+    lost = {q: sum(possible.get(q, 0.0) - r.scores.get(q, 0.0) for r in graded) for q in questions}
     return sorted(lost.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
@@ -452,7 +467,7 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def histogram_figure(rows: Sequence[dict[str, str]], homework: str):
+def histogram_figure(rows: Sequence[GradebookRow], homework: str):
     """The histogram of the totals (status=error rows left out), bars centred on the scores
     (:func:`score_bins`); None without matplotlib."""
     plt = _pyplot()
@@ -460,8 +475,8 @@ def histogram_figure(rows: Sequence[dict[str, str]], homework: str):
         return None
     from matplotlib.ticker import MaxNLocator
 
-    totals = [float(r.get("total") or 0) for r in rows if r.get("status") != "error"]
-    possible = max([float(r.get("possible") or 0) for r in rows] + [1.0])
+    totals = [r.total for r in rows if r.status != "error"]
+    possible = max([r.possible for r in rows] + [1.0])
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
     ax.hist(totals, bins=score_bins(totals, possible), color="#4C72B0", edgecolor="white")
     ax.set_xlabel(f"total score (of {possible:g})")
@@ -473,14 +488,14 @@ def histogram_figure(rows: Sequence[dict[str, str]], homework: str):
     return fig
 
 
-def histogram_png(rows: Sequence[dict[str, str]], homework: str) -> bytes | None:
+def histogram_png(rows: Sequence[GradebookRow], homework: str) -> bytes | None:
     """:func:`histogram_figure` as PNG bytes, or None without matplotlib."""
     fig = histogram_figure(rows, homework)
     return None if fig is None else _png(fig)
 
 
 def question_histograms_figure(
-    rows: Sequence[dict[str, str]], questions: Sequence[str], possible: dict[str, float], homework: str
+    rows: Sequence[GradebookRow], questions: Sequence[str], possible: dict[str, float], homework: str
 ):
     """One histogram of the scores per question (status=error rows left out), side by side with
     one y-scale, so that bar heights compare across questions; bars centred on the scores
@@ -490,14 +505,14 @@ def question_histograms_figure(
         return None
     from matplotlib.ticker import MaxNLocator
 
-    graded = [r for r in rows if r.get("status") != "error"]
+    graded = [r for r in rows if r.status != "error"]
     if not graded or not questions:
         return None
     fig, axes = plt.subplots(
         1, len(questions), figsize=(2.2 * len(questions) + 0.6, 2.6), dpi=100, squeeze=False, sharey=True
     )
     for ax, q in zip(axes[0], questions):
-        scores = [float(r.get(q) or 0) for r in graded]
+        scores = [r.scores.get(q, 0.0) for r in graded]
         top = possible.get(q) or max(scores + [1.0])
         ax.hist(scores, bins=score_bins(scores, top), color="#4C72B0", edgecolor="white")
         ax.set_title(q)
@@ -511,7 +526,7 @@ def question_histograms_figure(
 
 
 def question_histograms_png(
-    rows: Sequence[dict[str, str]], questions: Sequence[str], possible: dict[str, float], homework: str
+    rows: Sequence[GradebookRow], questions: Sequence[str], possible: dict[str, float], homework: str
 ) -> bytes | None:
     """:func:`question_histograms_figure` as PNG bytes (None without matplotlib or graded rows)."""
     fig = question_histograms_figure(rows, questions, possible, homework)
@@ -530,11 +545,10 @@ def write_reports(
     """Write the gradebook, the feedback files and the summary into ``out`` (see the module doc)."""
     out = Path(out)
     book = out / "gradebook.csv"
-    new_rows = {r.submission: _row(r, questions) for r in results}
-    rows = dict(new_rows)
+    rows = {r.submission: GradebookRow.of(r, questions) for r in results}
     if merge:
         for row in read_gradebook(book):
-            rows.setdefault(row["submission"], row)
+            rows.setdefault(row.submission, row)
     atomic_write(book, gradebook_csv(list(rows.values()), questions))
     atomic_write(out / RUN_FILE, json.dumps({"homework": homework, "graded_at": time.time()}, indent=1) + "\n")
     names = sorted(rows)
@@ -572,4 +586,4 @@ def write_reports(
         atomic_write(out / "questions.png", per_question)
         text += "\n![scores per question](questions.png)\n"
     atomic_write(summary, text)
-    return Written(book, paths, summary, histogram, text)
+    return Written(book, paths, summary, histogram, text, sorted(rows.values(), key=lambda r: r.submission))

@@ -34,6 +34,7 @@ from transformers.pytorch_utils import Conv1D  # noqa: E402  (GPT-2 stores its l
 F64 = torch.float64
 U32 = 2.0**-24  # unit roundoff of float32
 U64 = 2.0**-53  # unit roundoff of float64
+VOCAB = 64  # every tiny model's vocabulary
 STD = 0.25  # the weights' standard deviation: scores of a few units, attention far from uniform
 SAFETY = 2.0  # the bounds are first order; a factor 2 covers the second-order terms
 
@@ -44,6 +45,27 @@ RECORD: list[tuple[str, float, float]] = []
 def skip_without_float64(device: torch.device) -> None:
     if device.type == "mps":
         pytest.skip("the comparisons run in float64, which MPS lacks")
+
+
+def tiny_config(config_class, **fields):
+    """``config_class(**fields)`` for a tiny model: a vocabulary of :data:`VOCAB` ids and the eager
+    attention (the one whose inputs and weights the tests read), unless ``fields`` say otherwise.
+    The sizes, and special token ids inside the vocabulary where a family needs them, are the caller's."""
+    return config_class(**({"vocab_size": VOCAB, "attn_implementation": "eager"} | fields))
+
+
+def random_ids(batch: int, n: int, seed: int, device: torch.device) -> torch.Tensor:
+    """(batch, n) token ids drawn uniformly from the :data:`VOCAB` ids, seeded, on ``device``."""
+    return torch.randint(0, VOCAB, (batch, n), generator=torch.Generator().manual_seed(seed)).to(device)
+
+
+def one_call(model: torch.nn.Module, attention: torch.nn.Module, *args, **kwargs) -> dict:
+    """Run ``model(*args, **kwargs)`` once and return the one call of its ``attention`` module it made
+    (as :func:`recording` records it); anything but exactly one call is an error."""
+    with recording(attention) as calls:
+        model(*args, **kwargs)
+    assert len(calls) == 1, f"the model called {type(attention).__name__} {len(calls)} times, not once"
+    return calls[0]
 
 
 def tiny_model(model_class, config, device: torch.device, *, seed: int = 0, std: float = STD, dtype=F64):
@@ -114,6 +136,14 @@ def keep_of(additive: torch.Tensor) -> torch.Tensor:
     blocked = additive != 0
     assert (additive[blocked] == minimum).all(), "a blocked entry of the Hugging Face mask is not the dtype minimum"
     return ~blocked
+
+
+def keep_passed(call: dict) -> torch.Tensor:
+    """The keep-mask (batch, n, m) of the float mask a recorded attention call received, read with
+    :func:`keep_of` (one mask for every head: the head dimension of size 1 dropped)."""
+    additive = call["kwargs"]["attention_mask"]  # (batch, 1, n, m)
+    assert additive.shape[1] == 1, f"a mask per head, {tuple(additive.shape)}: the tests expect one for all heads"
+    return keep_of(additive)[:, 0]
 
 
 def rotary_error(max_angle: float, u: float = U32) -> float:

@@ -21,13 +21,15 @@ from .hf import (
     assert_differs,
     assert_within,
     hidden_states,
-    keep_of,
+    keep_passed,
     linear,
     merge_heads,
+    one_call,
     output,
-    recording,
+    random_ids,
     rounding_bound,
     skip_without_float64,
+    tiny_config,
     tiny_model,
 )
 
@@ -103,18 +105,15 @@ def test_mpt_bias_gives_the_course_weights(heads):
 @pytest.mark.parametrize("heads", HEADS)
 def test_bloom_layer_is_causal_attention_with_the_alibi_bias(heads, device):
     skip_without_float64(device)
-    config = transformers.BloomConfig(
-        hidden_size=heads * D, n_head=heads, n_layer=1, vocab_size=64, attn_implementation="eager",
-        bos_token_id=0, eos_token_id=0, pad_token_id=0,
+    config = tiny_config(
+        transformers.BloomConfig, hidden_size=heads * D, n_head=heads, n_layer=1, bos_token_id=0, eos_token_id=0,
+        pad_token_id=0,
     )  # fmt: skip
     model = tiny_model(transformers.BloomModel, config, device)
     attn = model.h[0].self_attention
-    ids = torch.randint(0, 64, (BATCH, N), generator=torch.Generator().manual_seed(7)).to(device)
-    with recording(attn) as calls:
-        model(ids)
-    (call,) = calls
+    call = one_call(model, attn, random_ids(BATCH, N, 7, device))
     causal = attnbook.causal_mask(N, device=device)
-    assert torch.equal(keep_of(call["kwargs"]["attention_mask"])[:, 0], causal.expand(BATCH, N, N))
+    assert torch.equal(keep_passed(call), causal.expand(BATCH, N, N))
     x, residual = hidden_states(call), call["args"][1] if len(call["args"]) > 1 else call["kwargs"]["residual"]
 
     def course(slopes):

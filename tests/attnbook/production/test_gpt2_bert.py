@@ -15,14 +15,17 @@ from .hf import (
     assert_differs,
     assert_within,
     hidden_states,
-    keep_of,
+    keep_passed,
     linear,
     merge_heads,
+    one_call,
     output,
+    random_ids,
     recording,
     rounding_bound,
     skip_without_float64,
     split_heads,
+    tiny_config,
     tiny_model,
 )
 
@@ -40,22 +43,18 @@ def gpt2_qkv(attn, x):
 
 def test_gpt2_causal_attention_and_cache(device):
     skip_without_float64(device)
-    config = transformers.GPT2Config(
-        n_embd=H * D, n_head=H, n_layer=1, vocab_size=64, attn_implementation="eager", bos_token_id=0, eos_token_id=0
-    )
+    config = tiny_config(transformers.GPT2Config, n_embd=H * D, n_head=H, n_layer=1, bos_token_id=0, eos_token_id=0)
     model = tiny_model(transformers.GPT2Model, config, device)
     attn = model.h[0].attn
-    ids = torch.randint(0, 64, (BATCH, N), generator=torch.Generator().manual_seed(8)).to(device)
+    ids = random_ids(BATCH, N, 8, device)
     prompt = 7  # then 3 steps of one token
-    with recording(attn) as full_calls:
-        model(ids)
+    call = one_call(model, attn, ids)
     with recording(attn) as steps:
         cache = model(ids[:, :prompt], use_cache=True).cache
         for t in range(prompt, N):
             cache = model(ids[:, t : t + 1], cache=cache, use_cache=True).cache
-    (call,) = full_calls
     causal = attnbook.causal_mask(N, device=device)
-    assert torch.equal(keep_of(call["kwargs"]["attention_mask"])[:, 0], causal.expand(BATCH, N, N))
+    assert torch.equal(keep_passed(call), causal.expand(BATCH, N, N))
     x = hidden_states(call)
     q, k, v = gpt2_qkv(attn, x)
     o, w = attnbook.attention(q, k, v, mask=causal)  # (batch, H, n, d)
@@ -86,21 +85,18 @@ def test_gpt2_causal_attention_and_cache(device):
 
 def test_bert_key_padding(device):
     skip_without_float64(device)
-    config = transformers.BertConfig(
-        hidden_size=H * D, num_attention_heads=H, num_hidden_layers=1, intermediate_size=16, vocab_size=64,
-        attn_implementation="eager",
-    )  # fmt: skip
+    config = tiny_config(
+        transformers.BertConfig, hidden_size=H * D, num_attention_heads=H, num_hidden_layers=1, intermediate_size=16
+    )
     model = tiny_model(transformers.BertModel, config, device)
     attn = model.encoder.layer[0].attention.self  # q, k, v and the attention; the output projection is next
-    ids = torch.randint(0, 64, (BATCH, N), generator=torch.Generator().manual_seed(9)).to(device)
+    ids = random_ids(BATCH, N, 9, device)
     lengths = [N, 6]
     attention_mask = torch.ones(BATCH, N, dtype=torch.long, device=device)  # (batch, n): 1 = real token
     attention_mask[1, lengths[1] :] = 0  # written by hand, not with the function under test
-    with recording(attn) as calls:
-        model(ids, attention_mask=attention_mask)
-    (call,) = calls
+    call = one_call(model, attn, ids, attention_mask=attention_mask)
     keys = attnbook.padding_mask(lengths, N, device=device)[:, None, :]  # (batch, 1, n): every query, real keys
-    assert torch.equal(keep_of(call["kwargs"]["attention_mask"])[:, 0], keys.expand(BATCH, N, N))
+    assert torch.equal(keep_passed(call), keys.expand(BATCH, N, N))
     x = hidden_states(call)
     q = split_heads(linear(x, attn.query), D)  # (batch, H, n, d)
     k = split_heads(linear(x, attn.key), D)

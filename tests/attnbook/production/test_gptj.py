@@ -14,15 +14,17 @@ from .hf import (
     assert_differs,
     assert_within,
     hidden_states,
-    keep_of,
+    keep_passed,
     linear,
     merge_heads,
+    one_call,
     output,
-    recording,
+    random_ids,
     rotary_error,
     rounding_bound,
     skip_without_float64,
     split_heads,
+    tiny_config,
     tiny_model,
 )
 
@@ -49,19 +51,13 @@ def course_layer(attn, x, pairing):
 
 def test_layer_rotates_neighbouring_pairs(device):
     skip_without_float64(device)
-    config = transformers.GPTJConfig(
-        n_embd=H * D, n_head=H, n_layer=1, rotary_dim=R, vocab_size=64, attn_implementation="eager",
-        bos_token_id=0, eos_token_id=0,
-    )  # fmt: skip
+    config = tiny_config(
+        transformers.GPTJConfig, n_embd=H * D, n_head=H, n_layer=1, rotary_dim=R, bos_token_id=0, eos_token_id=0
+    )
     model = tiny_model(transformers.GPTJModel, config, device)
     attn = model.h[0].attn
-    ids = torch.randint(0, 64, (BATCH, N), generator=torch.Generator().manual_seed(4)).to(device)
-    with recording(attn) as calls:
-        model(ids)
-    (call,) = calls
-    assert torch.equal(
-        keep_of(call["kwargs"]["attention_mask"])[:, 0], attnbook.causal_mask(N, device=device).expand(BATCH, N, N)
-    )
+    call = one_call(model, attn, random_ids(BATCH, N, 4, device))
+    assert torch.equal(keep_passed(call), attnbook.causal_mask(N, device=device).expand(BATCH, N, N))
     x = hidden_states(call)
     ours, (q, k, v, w) = course_layer(attn, x, "interleaved")
     # GPT-J forms its sin/cos table in float32 (angles up to (n - 1) 10000^(-2/R) on the pairs j >= 1)

@@ -16,15 +16,18 @@ from .hf import (
     assert_differs,
     assert_within,
     hidden_states,
-    keep_of,
+    keep_passed,
     linear,
     merge_heads,
+    one_call,
     output,
+    random_ids,
     recording,
     rotary_error,
     rounding_bound,
     skip_without_float64,
     split_heads,
+    tiny_config,
     tiny_model,
 )
 
@@ -37,15 +40,11 @@ N, BATCH = 12, 2
 
 
 def llama(device, dtype=torch.float64):
-    config = transformers.LlamaConfig(
-        hidden_size=32, num_attention_heads=H_Q, num_key_value_heads=H_KV, head_dim=D, num_hidden_layers=1,
-        intermediate_size=16, vocab_size=64, rope_theta=THETA, attn_implementation="eager",
+    config = tiny_config(
+        transformers.LlamaConfig, hidden_size=32, num_attention_heads=H_Q, num_key_value_heads=H_KV, head_dim=D,
+        num_hidden_layers=1, intermediate_size=16, rope_theta=THETA,
     )  # fmt: skip
     return tiny_model(transformers.LlamaModel, config, device, dtype=dtype)
-
-
-def tokens(seed, device):
-    return torch.randint(0, 64, (BATCH, N), generator=torch.Generator().manual_seed(seed)).to(device)
 
 
 def course_qkv(attn, x, positions, pairing="half"):
@@ -81,12 +80,10 @@ def test_layer_is_grouped_query_attention_with_split_halves_rotary(device):
     skip_without_float64(device)
     model = llama(device)
     attn = model.layers[0].self_attn
-    with recording(attn) as calls:
-        model(tokens(1, device))
-    (call,) = calls
+    call = one_call(model, attn, random_ids(BATCH, N, 1, device))
     x = hidden_states(call)  # (batch, n, d_model): what the layer received
     causal = attnbook.causal_mask(N, device=device)
-    assert torch.equal(keep_of(call["kwargs"]["attention_mask"])[:, 0], causal.expand(BATCH, N, N))
+    assert torch.equal(keep_passed(call), causal.expand(BATCH, N, N))
 
     ours, (q, k, v, w) = course_layer(attn, x, causal)
     assert_within(ours, output(call), bound(attn, q, k, v, w), "Llama layer (GQA, split-halves rotary)")
@@ -102,18 +99,17 @@ def test_decoding_with_the_cache_equals_the_full_forward(device):
     skip_without_float64(device)
     model = llama(device)
     attn = model.layers[0].self_attn
-    ids = tokens(2, device)
+    ids = random_ids(BATCH, N, 2, device)
     prompt = 8  # then 4 steps of one token
-    with recording(attn) as full_calls:
-        model(ids)
+    full_call = one_call(model, attn, ids)
+    full = output(full_call)  # (batch, n, d_model)
     with recording(attn) as steps:
         cache = model(ids[:, :prompt], use_cache=True).cache  # prefill, then one token at a time
         for t in range(prompt, N):
             cache = model(ids[:, t : t + 1], cache=cache, use_cache=True).cache
     assert [hidden_states(c).shape[-2] for c in steps] == [prompt] + [1] * (N - prompt)
-    full = output(full_calls[0])  # (batch, n, d_model)
     hf_decoded = torch.cat([output(c) for c in steps], dim=-2)  # (batch, n, d_model)
-    x = hidden_states(full_calls[0])  # (batch, n, d_model)
+    x = hidden_states(full_call)  # (batch, n, d_model)
     _, (q, k, v, w) = course_layer(attn, x, attnbook.causal_mask(N, device=device))
     limit = bound(attn, q, k, v, w)
     assert_within(hf_decoded, full, 2 * limit, "Llama: HF cached decoding vs HF full forward")  # each within limit
@@ -144,9 +140,9 @@ def left_padded(model, device):
     pad = 3
     attention_mask = torch.ones(BATCH, N, dtype=torch.long, device=device)
     attention_mask[1, :pad] = 0
-    with recording(model.layers[0].self_attn) as calls:
-        model(tokens(3, device), attention_mask=attention_mask)
-    return calls[0], pad
+    return one_call(
+        model, model.layers[0].self_attn, random_ids(BATCH, N, 3, device), attention_mask=attention_mask
+    ), pad
 
 
 def test_fully_masked_rows_are_uniform_in_transformers_and_zero_in_the_course(device):
@@ -157,7 +153,7 @@ def test_fully_masked_rows_are_uniform_in_transformers_and_zero_in_the_course(de
     model = llama(device, dtype=torch.float32)  # the dtype such models run in; the softmax is float32 too
     attn = model.layers[0].self_attn
     call, pad = left_padded(model, device)
-    keep = keep_of(call["kwargs"]["attention_mask"])[:, 0]  # (batch, n, n)
+    keep = keep_passed(call)  # (batch, n, n)
     expected = attnbook.causal_mask(N, device=device).repeat(BATCH, 1, 1)  # (batch, n, n)
     expected[1, :, :pad] = False  # left padding: keys 0 .. pad - 1 blocked for every query
     assert torch.equal(keep, expected)

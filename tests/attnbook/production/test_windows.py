@@ -20,15 +20,17 @@ from .hf import (
     assert_differs,
     assert_within,
     hidden_states,
-    keep_of,
+    keep_passed,
     linear,
     merge_heads,
+    one_call,
     output,
-    recording,
+    random_ids,
     rotary_error,
     rounding_bound,
     skip_without_float64,
     split_heads,
+    tiny_config,
     tiny_model,
 )
 
@@ -39,24 +41,28 @@ G = H_Q // H_KV
 N, BATCH = 12, 2
 COMMON = dict(
     hidden_size=H_Q * D, num_attention_heads=H_Q, num_key_value_heads=H_KV, head_dim=D, num_hidden_layers=1,
-    intermediate_size=16, vocab_size=64, sliding_window=W, attn_implementation="eager",
+    intermediate_size=16, sliding_window=W,
 )  # fmt: skip
 
 
 def mistral():
-    return transformers.MistralModel, transformers.MistralConfig(**COMMON)
+    return transformers.MistralModel, tiny_config(transformers.MistralConfig, **COMMON)
 
 
 def qwen2():
-    config = transformers.Qwen2Config(**COMMON, use_sliding_window=True, max_window_layers=0)
+    config = tiny_config(transformers.Qwen2Config, **COMMON, use_sliding_window=True, max_window_layers=0)
     assert config.layer_types == ["sliding_attention"]
     return transformers.Qwen2Model, config
 
 
 def gemma2():
     # no logit soft-capping (the course has none); scores scaled by 1/sqrt(d) as everywhere else
-    config = transformers.Gemma2Config(
-        **COMMON, layer_types=["sliding_attention"], attn_logit_softcapping=None, query_pre_attn_scalar=D
+    config = tiny_config(
+        transformers.Gemma2Config,
+        **COMMON,
+        layer_types=["sliding_attention"],
+        attn_logit_softcapping=None,
+        query_pre_attn_scalar=D,
     )
     return transformers.Gemma2Model, config
 
@@ -73,11 +79,8 @@ def test_causal_window_keeps_w_keys(family, device):
     model_class, config = family()
     model = tiny_model(model_class, config, device)
     attn = model.layers[0].self_attn
-    ids = torch.randint(0, 64, (BATCH, N), generator=torch.Generator().manual_seed(5)).to(device)
-    with recording(attn) as calls:
-        model(ids)
-    (call,) = calls
-    keep = keep_of(call["kwargs"]["attention_mask"])[:, 0]  # (batch, n, n)
+    call = one_call(model, attn, random_ids(BATCH, N, 5, device))
+    keep = keep_passed(call)  # (batch, n, n)
     window = attnbook.sliding_window_mask(N, W, device=device)  # (n, n): 0 <= i - j < W
     assert torch.equal(keep, window.expand(BATCH, N, N))
     assert (keep.sum(-1)[:, W - 1 :] == W).all()  # W keys once the window is full
@@ -110,19 +113,16 @@ def test_bidirectional_window_is_inclusive(device):
     the 2W + 1 keys with |i - j| <= W (``sliding_window_bidirectional_overlay``)."""
     skip_without_float64(device)
     H, d = 4, 8
-    config = transformers.ModernBertConfig(
-        hidden_size=H * d, num_attention_heads=H, num_hidden_layers=2, intermediate_size=16, vocab_size=64,
-        local_attention=2 * W, layer_types=["full_attention", "sliding_attention"], attn_implementation="eager",
+    config = tiny_config(
+        transformers.ModernBertConfig, hidden_size=H * d, num_attention_heads=H, num_hidden_layers=2,
+        intermediate_size=16, local_attention=2 * W, layer_types=["full_attention", "sliding_attention"],
         pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
     )  # fmt: skip
     assert config.sliding_window == W
     model = tiny_model(transformers.ModernBertModel, config, device)
     attn = model.layers[1].attn  # the sliding layer
-    ids = torch.randint(0, 64, (BATCH, N), generator=torch.Generator().manual_seed(6)).to(device)
-    with recording(attn) as calls:
-        model(ids)
-    (call,) = calls
-    keep = keep_of(call["kwargs"]["attention_mask"])[:, 0]  # (batch, n, n)
+    call = one_call(model, attn, random_ids(BATCH, N, 6, device))
+    keep = keep_passed(call)  # (batch, n, n)
     inclusive = attnbook.sliding_window_mask(N, W + 1, causal=False, device=device)  # |i - j| < W + 1
     i, j = torch.meshgrid(torch.arange(N), torch.arange(N), indexing="ij")
     assert torch.equal(inclusive.cpu(), (i - j).abs() <= W)

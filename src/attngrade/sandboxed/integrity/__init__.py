@@ -23,7 +23,13 @@ call:
    ``importlib`` from the file, ``runpy``, ``importlib.reload``, ``exec`` of the file's text, even
    under another file name), or its place ``(real path of the file, qualified name, first line)``.
    For a class, every function defined in its body counts (``__init__``, ``forward``, properties,
-   ...). A forbidden
+   ...). A Triton kernel counts as the function it wraps (``.fn`` of ``triton.jit``'s object, of the
+   interpreter's, of ``autotune``/``heuristics``), also at its ``def`` line: Triton's interpreter runs
+   the kernel compiled again from its source from the ``def`` on, so under any jit (``triton.jit(
+   kernel.fn)``, a copy of the module, a device-function call) what runs has the kernel's file, name and
+   ``def`` line. While the interpreter runs a launch (``GridExecutor.__call__``, hundreds of thousands
+   of calls of its own) the cheaper trace hook replaces the profiler until the launch returns: it sees
+   every Python call, no C call (the torch watchers stay on). A forbidden
    built-in (``torch.nn.functional.scaled_dot_product_attention`` is ``torch._C._nn``'s) is known by
    identity, however it was reached (``operator.attrgetter``, ``getattr(__import__(...))``,
    ``functools.partial``, ``eval`` of a string, ...).

@@ -20,6 +20,7 @@ from .references import (
     SDPA_BACKWARD_OPS,
     TORCH_OPS,
     _decompositions,
+    _def_line,
     _functions_of,
     _op_builtins,
     _op_name,
@@ -113,6 +114,11 @@ class Guard:
         place = _place(code)
         if place is not None:
             self._by_place.setdefault(place, label)
+            # the same function compiled again from its source, from the ``def`` on and at the top
+            # level: what Triton's interpreter runs for a kernel, whichever jit wrapped it
+            line = _def_line(code)
+            self._by_place.setdefault((place[0], place[1], line), label)
+            self._by_place.setdefault((place[0], code.co_name, line), label)
 
     @property
     def uses_torch(self) -> bool:
@@ -149,7 +155,7 @@ class Guard:
             code = frame.f_code
             seen = self._seen.get(id(code))
             label = seen[1] if seen is not None and seen[0] is code else self._classify_code(code)
-            if label is not None:
+            if label is not None and label is not _LAUNCH:
                 return True
             frame = frame.f_back
         return False
@@ -183,6 +189,39 @@ class Guard:
         closed = self._closed_threads
         ident = threading.get_ident
 
+        def classify_call(code: types.CodeType) -> str | None:
+            return _LAUNCH if code is _interpreter_launch_code() else classify(code)
+
+        def trace_calls(frame: Any, event: str, arg: Any) -> None:
+            """The trace hook during a launch in Triton's interpreter: each Python call, as the profiler sees it."""
+            if event == "call" and guard._depth:
+                code = frame.f_code
+                found = seen_get(id(code))
+                if found is None or found[0] is not code:
+                    found = seen[id(code)] = (code, classify_call(code))
+                if found[1] is not None and found[1] is not _LAUNCH:
+                    record(found[1], frame.f_back)
+
+        def launch(frame: Any) -> None:
+            """Triton's interpreter launches a kernel (``frame`` runs ``GridExecutor.__call__``): hundreds of
+            thousands of Python and C calls of the interpreter's own, which the profiler would slow down five
+            times. Until the launch returns, the cheaper trace hook (:func:`trace_calls`) watches instead: it
+            sees every Python call (the kernel that the interpreter compiled again from its source, device
+            functions, anything a kernel calls) but no C call, and the torch modes stay on."""
+            restore, previous_trace = sys.getprofile(), sys.gettrace()
+
+            def on_exit(f: Any, event: str, arg: Any) -> Any:
+                if event == "return":
+                    sys.settrace(previous_trace)
+                    if sys.getprofile() is None:  # else replaced inside the launch: tampering, noted after the call
+                        sys.setprofile(restore)
+                return on_exit
+
+            sys.setprofile(None)
+            sys.settrace(trace_calls)
+            frame.f_trace_lines = False
+            frame.f_trace = on_exit
+
         def in_thread(frame: Any, event: str, arg: Any) -> None:
             """The profile function of the other threads (those the call starts): the call thread's
             recording is watched by the dispatch mode, theirs only here, at each Python event."""
@@ -202,9 +241,12 @@ class Guard:
                 code = frame.f_code
                 found = seen_get(id(code))
                 if found is None or found[0] is not code:
-                    found = seen[id(code)] = (code, classify(code))
+                    found = seen[id(code)] = (code, classify_call(code))
                 if found[1] is not None:
-                    record(found[1], frame.f_back)
+                    if found[1] is _LAUNCH:
+                        launch(frame)
+                    else:
+                        record(found[1], frame.f_back)
             elif event == "c_call":
                 found = builtins_get(id(arg))
                 if found is not None and found[0] is arg:
@@ -288,6 +330,17 @@ class Guard:
             )
         except Exception:  # noqa: BLE001 - private helpers moved: do not claim tampering
             return True
+
+
+#: the label of a kernel launch in Triton's interpreter (not a hit): see ``Guard._make_profiler``'s ``launch``
+_LAUNCH = "<a kernel launch in Triton's interpreter>"
+
+
+def _interpreter_launch_code() -> types.CodeType | None:
+    """The code of Triton's interpreter that runs a kernel's grid, where triton's interpreter is imported."""
+    module = sys.modules.get("triton.runtime.interpreter")
+    executor = getattr(module, "GridExecutor", None)
+    return getattr(vars(executor).get("__call__"), "__code__", None) if isinstance(executor, type) else None
 
 
 def _restore_profile(prev: Any) -> None:

@@ -145,6 +145,10 @@ def _functions_of(obj: Any, seen: set[int] | None = None) -> Iterator[Any]:
         # a method of a built-in class (the autograd engine's run_backward) is bound anew on every
         # access, so it is matched by its owner class and name (Guard._methods), not by identity
         yield obj
+    elif type(obj).__module__.partition(".")[0] == "triton" and getattr(obj, "fn", None) is not None:
+        # a Triton kernel (triton.jit's JITFunction, the interpreter's InterpretedFunction, autotune and
+        # heuristics wrappers): the Python function it wraps, however often wrapped
+        yield from _functions_of(obj.fn, seen)
 
 
 def _qualname(code: types.CodeType) -> str:
@@ -159,6 +163,24 @@ def _place(code: types.CodeType) -> tuple[str, str, int] | None:
         return (os.path.realpath(name), _qualname(code), code.co_firstlineno)
     except (OSError, ValueError):
         return None
+
+
+def _def_line(code: types.CodeType) -> int:
+    """The line of a decorated function's ``def`` (its ``co_firstlineno`` is its first decorator's
+    line), as Triton finds it: where Triton's interpreter puts the first line of the kernel it
+    compiles again from the source. ``co_firstlineno`` where the function has no decorator."""
+    import linecache
+
+    first = code.co_firstlineno
+    if not linecache.getline(code.co_filename, first).lstrip().startswith("@"):
+        return first
+    for line in range(first + 1, first + 200):  # past the decorators and their arguments
+        text = linecache.getline(code.co_filename, line)
+        if not text:
+            break
+        if text.lstrip().startswith(("def ", "async def ")):
+            return line
+    return first
 
 
 def _op_name(func: Any) -> str | None:

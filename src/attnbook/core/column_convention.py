@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ..validators import check_formal_heads, check_shapes, check_values
+from ..validators import check_column_convention_heads, check_shapes, check_values
 from .masks import causal_mask
 from .softmax import softmax
 
@@ -147,7 +147,7 @@ def mh_attention(
         (d_out, l_x).
     """
     heads, W_o = list(heads), W_o if isinstance(W_o, torch.Tensor) else list(W_o)
-    check_formal_heads(heads, W_o, b_o)
+    check_column_convention_heads(heads, W_o, b_o)
     d_mid = [params[4].shape[0] for params in heads]  # the value width of each head: W_v is (d_mid, d_z)
     blocks = torch.split(W_o, d_mid, dim=1) if isinstance(W_o, torch.Tensor) else W_o  # H blocks W_o^h (d_out, d_mid)
     out = b_o[:, None]  # (d_out, 1), broadcast over the l_x columns

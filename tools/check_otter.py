@@ -9,7 +9,7 @@ run`` on the homework's Gradescope zip, as Gradescope would, and by the class gr
 (``attnbook-grade``'s ``Grader``, in its sandbox). Every question's score must be the same::
 
     make check-otter                                           # hw01's habits and every homework
-    .venv/bin/python -m tests.check_otter --homework hw02 hw09 # some homework's comparing notebooks
+    .venv/bin/python -m tools.check_otter --homework hw02 hw09 # some homework's comparing notebooks
 
 It prints one line per notebook and exits with status 1 when a score differs (or a run fails).
 It is not part of ``make test``: each ``otter run`` starts a kernel and imports torch (4-10 s),
@@ -30,8 +30,6 @@ from pathlib import Path
 KNOWN = {
     "byte_order_mark": "otter run cannot read a notebook that starts with a UTF-8 byte-order mark "
     "(nbformat: 'Notebook does not appear to be JSON'); attnbook-grade reads it and grades it in full",
-    "ipytest cell (honest)": "otter's kernel has no %%ipytest magic unless the autograder installs ipytest "
-    "(it is not in the homework's requirements): the cell does not run there, so q5 scores 0 under otter run",
 }
 
 

@@ -1,13 +1,13 @@
 """Run the chapters that train models on other seeds and report every claim's worst margin.
 
 A trained-model claim of a chapter ("accuracy at least 0.99") is written with
-:func:`attnbook.lab.margins.assert_at_least` or ``assert_at_most``, which records its margin. Each
+:func:`attnbook.lab.thresholds.assert_at_least` or ``assert_at_most``, which records its margin. Each
 training chapter sets its seed in one line ``SEED = <n>`` of its first code cell and derives every
 other seed from it. This script executes each such chapter once per seed, with that one line
 changed, and prints for every claim its value on each seed and its worst margin::
 
     make check-seeds                                   # every training chapter, seeds 1 to 5
-    .venv/bin/python tests/check_seeds.py book/07_attention_at_work.md --seeds 1 2 3 4 5 6 7
+    .venv/bin/python tools/check_seeds.py book/07_attention_at_work.md --seeds 1 2 3 4 5 6 7
 
 It exits with status 1 when a claim fails on some seed (negative margin) or a cell raises. The
 claims are recorded without raising (``ATTNBOOK_MARGINS_SOFT=1``), so one run reports them all; any
@@ -120,7 +120,7 @@ def report(runs: list[Run]) -> bool:
             ok &= run.error is None
         names = list(dict.fromkeys(claim["claim"] for run in mine for claim in run.claims))
         if not names:
-            print("  (no claim recorded: does the chapter use attnbook.lab.margins?)")
+            print("  (no claim recorded: does the chapter use attnbook.lab.thresholds?)")
             continue
         width = max(len(name) for name in names)
         print(

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnbook import attention, grouped_query_attention
-from attnbook.lab.traffic import ByteCounter, bytes_moved, tensor_bytes
+from attnbook.lab.memory_traffic import ByteCounter, bytes_moved, tensor_bytes
 
 
 def test_tensor_bytes_counts_a_broadcast_axis_once():

@@ -1,4 +1,4 @@
-"""attnbook.lab.margins (trained-model claims that record their margin) and the check-seeds runner's parts."""
+"""attnbook.lab.thresholds (trained-model claims that record their margin) and the check-seeds runner's parts."""
 
 import json
 import math
@@ -7,8 +7,8 @@ import nbformat
 import pytest
 import torch
 
-from attnbook.lab.margins import assert_at_least, assert_at_most, recorded
-from tests.check_seeds import Run, report, seed_line_of
+from attnbook.lab.thresholds import assert_at_least, assert_at_most, recorded
+from tools.check_seeds import Run, report, seed_line_of
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ in a student's notebook (no sandbox: the public tests only call the student's fu
 * ``no hint`` (the failure message names no cause; its first line follows);
 * ``public tests pass`` (only the hidden tests catch it at grading).
 
-Run ``.venv/bin/python -m tests.homework.hint_table [hwNN ...]``: one markdown table per homework
+Run ``.venv/bin/python -m tools.hint_table [hwNN ...]``: one markdown table per homework
 (mutant | question | what the student is told).
 """
 
@@ -27,9 +27,8 @@ from dataclasses import dataclass
 
 from attngrade.checks import HINT_PREFIX, CheckFailure
 from attngrade.homework import Homework, all_homework
-
-from ..homework_support import homework
-from ..submissions import code_cells, load_mutants, mutant_submission, submission_with
+from tests.homework_support import homework
+from tests.submissions import code_cells, load_mutants, mutant_submission, submission_with
 
 #: what the student is told, by kind
 NAMED, NOTE, GUESSED, NONE, PASS = "named", "note", "guess", "none", "pass"

@@ -7,8 +7,8 @@ written as
     assert_at_least(accuracy, 0.99, "reversal with positions: token accuracy")
 
 which asserts it and records its **margin**, the distance from the value to the threshold (positive
-when the claim holds). ``make check-seeds`` (``tests/check_seeds.py``) runs the training chapters
-with other seeds and prints, per claim, the worst margin across them.
+when the claim holds). ``make check-seeds`` (the script ``check_seeds.py``) runs the training
+chapters with other seeds and prints, per claim, the worst margin across them.
 
 Two environment variables, set by that runner, change the behaviour:
 

@@ -1,4 +1,4 @@
-"""attnbook.core.formal (column convention) against the row-convention functions, transposed."""
+"""attnbook.core.column_convention (column convention) against the row-convention functions, transposed."""
 
 from __future__ import annotations
 
