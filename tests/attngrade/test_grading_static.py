@@ -116,3 +116,40 @@ def test_reasons_are_readable():
 
 def test_magics_and_syntax_errors_do_not_break_the_analysis():
     assert flagged("%matplotlib inline\n!ls\n" + CLEAN, "def broken(:\n    pass") == {"q1": False, "q3": False}
+
+
+def test_every_parse_in_the_grading_process_takes_the_lock():
+    """The grading threads parse notebooks concurrently; CPython 3.11's AST converter keeps one
+    recursion counter per interpreter, so a raw ``ast.parse`` there can fail with "AST constructor
+    recursion depth mismatch" on a sound notebook (attngrade.grading.parsing). Every module of the
+    host's grading stage parses through ``parsing.parse``."""
+    import ast as ast_module
+    import pathlib
+
+    import attngrade.grading as grading
+
+    raw = []
+    for module in sorted(pathlib.Path(grading.__file__).parent.glob("*.py")):
+        if module.name == "parsing.py":
+            continue
+        for node in ast_module.walk(ast_module.parse(module.read_text(encoding="utf-8"))):
+            func = getattr(node, "func", None)
+            if isinstance(node, ast_module.Call) and isinstance(func, ast_module.Attribute) and func.attr == "parse":
+                if isinstance(func.value, ast_module.Name) and func.value.id == "ast":
+                    raw.append(f"{module.name}:{node.lineno}")
+    assert not raw, f"ast.parse outside grading/parsing.py: {raw}"
+
+
+def test_the_parse_lock_is_held_while_static_checks_parse(monkeypatch):
+    from attngrade.grading import parsing
+
+    seen = []
+    real = parsing.ast.parse
+
+    def recording(source, *args, **kwargs):
+        seen.append(parsing._LOCK._is_owned())
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(parsing.ast, "parse", recording)
+    assert parsing.parse("x = 1").body
+    assert seen == [True]

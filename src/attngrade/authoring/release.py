@@ -53,7 +53,7 @@ SOURCE_ENTRIES = [
     "pyproject.toml",
     "README.md",
     "Makefile",
-    "conftest.py",
+    # not conftest.py: it names the test plugins under tests/, which the public source leaves out
     ".gitignore",
     "LICENSE",
 ]

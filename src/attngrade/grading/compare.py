@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .parsing import parse
 from .results import GradebookRow, score_text
 
 TESTS_FILE = "tests.json"
@@ -34,7 +35,7 @@ TESTS_FILE = "tests.json"
 def _case_sources(question_source: str) -> dict[str, str]:
     """The source of each top-level function of a question's test file, by name."""
     try:
-        tree = ast.parse(question_source)
+        tree = parse(question_source)
     except SyntaxError:
         return {}
     return {

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..sandboxed.integrity import resolve_reference
 from ..sandboxed.ipython import to_python  # the IPython translation the sandbox applies before running a cell
+from .parsing import parse
 
 #: names that run code built at run time, or reach objects behind the grader's back
 DYNAMIC_NAMES = {
@@ -157,7 +158,7 @@ class Analyzer:
         trees = []
         for source in cells:
             try:
-                trees.append(ast.parse(to_python(source)))  # as the sandbox runs it
+                trees.append(parse(to_python(source)))  # as the sandbox runs it
             except (SyntaxError, ValueError):
                 continue  # a cell that does not parse does not run either
         aliases: dict[str, str] = {}

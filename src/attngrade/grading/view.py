@@ -37,6 +37,7 @@ from typing import Any
 
 from ..sandboxed.integrity import resolve_reference
 from ..sandboxed.protocol import REFERENCE_UNAVAILABLE
+from .parsing import parse
 
 #: where the view's packages appear inside the sandbox
 MOUNT = "/opt/attngrade"
@@ -74,7 +75,7 @@ def _stub_body(message: str) -> list[ast.stmt]:
 def stub_source(source: str, qualnames: dict[str, str]) -> str:
     """``source`` with the functions named by ``qualnames`` (qualname -> dotted reference)
     replaced by stubs that raise; a class's qualname stubs all of its methods."""
-    tree = ast.parse(source)
+    tree = parse(source)
 
     def visit(body: list[ast.stmt], prefix: str, inherited: str | None) -> None:
         for node in body:
