@@ -22,8 +22,10 @@ The package is laid out by stage and trust zone; imports only point down this li
   submissions), :mod:`~.grading.static` (flags for review), :mod:`~.grading.view` (the sandbox's
   read-only view), :mod:`~.grading.bubblewrap` (starting the bubblewrap workers),
   :mod:`~.grading.session` (one submission in a worker), :mod:`~.grading.grader` (running the
-  tests), :mod:`~.grading.results` (what a grading run found), :mod:`~.grading.report` (gradebook,
-  feedback, summary), :mod:`~.grading.compare` (a re-grade against an earlier gradebook),
+  tests), :mod:`~.grading.results` (what a grading run found), :mod:`~.grading.report` (writing the
+  output folder, by job: :mod:`~.grading.gradebook`, :mod:`~.grading.feedback`,
+  :mod:`~.grading.class_summary`, :mod:`~.grading.histograms`, :mod:`~.grading.file_names`,
+  :mod:`~.grading.output_files`), :mod:`~.grading.compare` (a re-grade against an earlier gradebook),
   :mod:`~.grading.export` (the gradebook as an LMS's import file), :mod:`~.grading.course_report`
   (what a class got wrong across every homework).
 * :mod:`.authoring` — **building and releasing**: :mod:`~.authoring.master` (the master-notebook

@@ -10,8 +10,9 @@ import json
 import pytest
 
 from attngrade.cli import main
+from attngrade.grading.class_summary import misconceptions_csv, named_mistakes
 from attngrade.grading.course_report import course_report
-from attngrade.grading.report import misconceptions_csv, named_mistakes, write_reports
+from attngrade.grading.report import write_reports
 from attngrade.grading.results import CaseResult, GradebookRow, QuestionResult, SubmissionResult
 
 AXIS = "softmax over the queries (dim=-2) instead of the keys (dim=-1)"
@@ -105,7 +106,7 @@ def _bars(ax) -> list[tuple[float, float, float]]:
 def test_histograms_centre_bars_on_scores_with_one_y_scale():
     import matplotlib.pyplot as plt
 
-    from attngrade.grading.report import histogram_figure, question_histograms_figure, score_bins
+    from attngrade.grading.histograms import histogram_figure, question_histograms_figure, score_bins
 
     assert score_bins([0, 3, 4], 4) == [-0.5, 0.5, 1.5, 2.5, 3.5, 4.5]
     assert score_bins([0.5, 2], 2) == [-0.25, 0.25, 0.75, 1.25, 1.75, 2.25]
@@ -137,7 +138,7 @@ def test_the_runs_rows_are_the_numbers_its_gradebook_records(tmp_path):
     """The comparison and the export of a run read its rows, not its gradebook file: the rows hold
     exactly what the file records (six significant digits), so both give what a later command
     reading the file gives, thirds of a point included; a merge's rows are the whole class."""
-    from attngrade.grading.report import read_gradebook
+    from attngrade.grading.gradebook import read_gradebook
 
     third = result("anna", 4 / 3, 17 / 3)
     written = write_reports([third, result("bob", 0, 6)], ["q1", "q2"], tmp_path, "hw02")

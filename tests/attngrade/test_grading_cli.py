@@ -280,7 +280,7 @@ def test_refuses_to_grade_without_bubblewrap(tmp_path):
 
 
 def test_a_sandbox_that_fails_twice_is_status_error_and_exit_1(tmp_path, monkeypatch, capsys):
-    from attngrade.grading import bubblewrap, export, report, run
+    from attngrade.grading import bubblewrap, export, gradebook, report, run
 
     hw = homework("hw00")
     subs = tmp_path / "submitted"
@@ -321,7 +321,7 @@ def test_a_sandbox_that_fails_twice_is_status_error_and_exit_1(tmp_path, monkeyp
         read.append(Path(path))
         return real_read(path)
 
-    real_read = report.read_gradebook
+    real_read = gradebook.read_gradebook
     for module in (report, run, export):
         monkeypatch.setattr(module, "read_gradebook", recording)
     roster = tmp_path / "roster.csv"

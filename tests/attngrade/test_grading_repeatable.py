@@ -23,7 +23,8 @@ import pytest
 import torch
 
 from attngrade.grading.grader import Grader
-from attngrade.grading.report import RUN_FILE, write_reports
+from attngrade.grading.output_files import RUN_FILE
+from attngrade.grading.report import write_reports
 from attngrade.sandboxed import integrity
 
 from ..homework_support import bwrap_available, homework

@@ -22,7 +22,7 @@ import pytest
 from attngrade.cli import main as command
 from attngrade.grading.compare import Change, compare, comparison_csv, comparison_markdown, fingerprint_tests
 from attngrade.grading.export import FORMATS, RosterMismatch, export, read_roster, same_name, write_export
-from attngrade.grading.report import RUN_FILE
+from attngrade.grading.output_files import RUN_FILE
 from attngrade.grading.results import GradebookRow
 
 SAMPLES = Path(__file__).resolve().parent / "lms_samples"

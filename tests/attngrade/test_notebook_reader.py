@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from attngrade.grading import notebook
+from attngrade.grading.file_names import MAX_FILENAME_BYTES, safe_filename, unique_filenames
 from attngrade.grading.finder import Entry, find_submissions
 from attngrade.grading.notebook import (
     MAX_BYTES,
@@ -26,7 +27,6 @@ from attngrade.grading.notebook import (
     read_cells,
     read_submission,
 )
-from attngrade.grading.report import MAX_FILENAME_BYTES, safe_filename, unique_filenames
 
 CODE = ["import torch\n", "def f(x):\n", "    return x + 1\n"]
 

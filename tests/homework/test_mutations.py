@@ -24,8 +24,9 @@ import re
 
 import pytest
 
+from attngrade.grading.feedback import failure_summary
 from attngrade.grading.grader import Grader
-from attngrade.grading.report import failure_summary, write_reports
+from attngrade.grading.report import write_reports
 from attngrade.homework import all_homework
 
 from ..homework_support import homework
@@ -404,7 +405,7 @@ def _hidden_source_lines(hw) -> list[str]:
 def test_feedback_never_shows_hidden_test_source(name):
     """Every graded mutant's feedback (failures with messages of every kind) is free of the hidden
     tests' code."""
-    from attngrade.grading.report import feedback_text
+    from attngrade.grading.feedback import feedback_text
 
     secret = _hidden_source_lines(homework(name))
     assert secret, "the hidden tests have source lines to look for"

@@ -240,7 +240,7 @@ def solutions_full_marks(hw: Homework) -> list[str]:
         (res,) = grader.grade_paths([hw.autograder_notebook])
     if res.total == res.possible and res.possible > 0:
         return []
-    from ..grading.report import failure_summary
+    from ..grading.feedback import failure_summary
 
     return [
         f"{hw.name}: the solutions get {res.total:g} / {res.possible:g} from the class grader",

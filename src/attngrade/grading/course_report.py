@@ -7,7 +7,7 @@ chapter to re-teach first), and under each its questions ranked by points lost w
 mistakes that explain them and how many students made each.
 
 A homework is known by what its grading run recorded (``run.json``, see
-:func:`attngrade.grading.report.recorded_homework`), never by its folder's name: a re-grade into
+:func:`attngrade.grading.output_files.recorded_homework`), never by its folder's name: a re-grade into
 ``grades/hw03-v2`` is hw03 again, and of two folders of one homework the one graded last counts
 (the report says which folder it read and which it left out).
 """
@@ -20,7 +20,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .report import atomic_write, misconceptions, read_gradebook, read_record, recorded_homework, recorded_time
+from .class_summary import misconceptions, read_record
+from .gradebook import read_gradebook
+from .output_files import atomic_write, recorded_homework, recorded_time
 
 
 @dataclass

@@ -65,7 +65,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .report import read_gradebook, recorded_homework
+from .gradebook import read_gradebook
+from .output_files import recorded_homework
 from .results import GradebookRow
 
 ROSTER_COLUMNS = ("submission", "id", "name", "email", "username", "sis_user_id", "sis_login_id", "section")

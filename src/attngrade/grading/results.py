@@ -71,7 +71,7 @@ def score_text(x: float) -> str:
 class GradebookRow:
     """One row of a gradebook, numbers as numbers: what the comparison with an earlier run and the
     LMS export read, whether the row was graded in this run (:meth:`of`) or read from an earlier
-    run's ``gradebook.csv`` (:func:`attngrade.grading.report.read_gradebook`).
+    run's ``gradebook.csv`` (:func:`attngrade.grading.gradebook.read_gradebook`).
 
     A row holds the numbers the gradebook records (:func:`score_text`: six significant digits), so
     that what is computed from a run's rows equals what is computed from its file later.

@@ -25,7 +25,9 @@ from .compare import compare as compare_rows
 from .export import export as export_rows
 from .export import read_roster, report_export, scale, write_export
 from .finder import find_submissions, ignored_entries
-from .report import atomic_write, read_gradebook, write_reports
+from .gradebook import read_gradebook
+from .output_files import atomic_write
+from .report import write_reports
 
 #: how a run builds a homework whose student version is missing or stale: the problems found
 Build = Callable[[list[Homework]], list[str]]
