@@ -602,6 +602,6 @@ def test_the_class_grader_scores_a_test_by_what_it_knows(label, hw02_class):
     full = {q.name: q.possible for q in results["solutions"].questions}
     result = results[label]
     got = {q.name: q.score for q in result.questions}
-    detail = [f"{q.name}/{c.name}: {c.message[:200]}" for q in result.questions for c in q.cases if not c.passed]
+    detail = "\n".join(f"{q.name}/{c.name}: {c.message}" for q in result.questions for c in q.cases if not c.passed)
     expected = dict(full) if label in ("solutions",) or "(honest)" in label else {**full, "q5": 0}
     assert got == expected, detail
