@@ -605,3 +605,43 @@ def test_the_class_grader_scores_a_test_by_what_it_knows(label, hw02_class):
     detail = "\n".join(f"{q.name}/{c.name}: {c.message}" for q in result.questions for c in q.cases if not c.passed)
     expected = dict(full) if label in ("solutions",) or "(honest)" in label else {**full, "q5": 0}
     assert got == expected, detail
+
+
+def test_a_python_environment_under_tmp_stays_importable_in_the_test_process(tmp_path, monkeypatch):
+    """The test's process gets an empty private /tmp; a checkout or virtual environment under /tmp
+    (a fresh clone in /tmp, say) comes back read-only at its own path, so the test's first
+    ``import pytest`` still works (it failed with "not defined as a function" before)."""
+    import os
+    import socket
+
+    from attngrade.sandboxed.candidates import isolation
+
+    if not isolation.namespaces_available():
+        pytest.skip("this system gives a process no namespaces of its own")
+    if not str(tmp_path.resolve()).startswith("/tmp/"):
+        pytest.skip(f"pytest's temporary folder {tmp_path} is not under /tmp")
+    environment = tmp_path / "site-packages"
+    environment.mkdir()
+    (environment / "late_import_probe.py").write_text("VALUE = 41 + 1\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(environment))
+    assert isolation._import_paths_inside("/tmp") == [str(environment.resolve())]
+    parent, child = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # the test's process
+        code = 1
+        try:
+            parent.close()
+            isolation.isolate_test_process(child, True, forget=False)
+            import late_import_probe  # imported only now, after the private /tmp is mounted
+
+            writable = os.access(str(environment), os.W_OK)
+            empty_elsewhere = not os.path.exists(str(tmp_path / "late_import_probe.py"))
+            child.sendall(f"{late_import_probe.VALUE} {writable} {empty_elsewhere}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    child.close()
+    parent.settimeout(60)
+    reply = parent.recv(100).decode()
+    os.waitpid(pid, 0)
+    assert reply == "42 False True", reply

@@ -25,9 +25,26 @@ _CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = (
     0x20000000,
     0x40000000,
 )
-_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 0x4000, 1 << 18
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 2, 4, 32, 4096, 0x4000, 1 << 18
 #: the folders a test's process gets empty and private (in its own mount namespace)
 PRIVATE_FOLDERS = ("/tmp", "/dev/shm")
+
+
+def _import_paths_inside(folder: str) -> list[str]:
+    """The folders of ``sys.path`` that lie inside ``folder`` (outermost only): a Python environment
+    or a checkout under /tmp, which an empty private /tmp would hide from the test's later imports."""
+    root = os.path.realpath(folder).rstrip("/") + "/"
+    inside = sorted(
+        {os.path.realpath(p) for p in sys.path if p and os.path.isdir(p) and os.path.realpath(p).startswith(root)},
+        key=len,
+    )
+    keep: list[str] = []
+    for path in inside:
+        if not any(path.startswith(k.rstrip("/") + "/") for k in keep):
+            keep.append(path)
+    return keep
+
+
 _NAMESPACES: bool | None = None  # whether this system gives a test's process its own namespaces
 
 
@@ -57,8 +74,20 @@ def _isolate_namespaces() -> bool:
     libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None)
     for folder in PRIVATE_FOLDERS:
         if os.path.isdir(folder):
+            # where the Python environment itself lies in the folder (a checkout under /tmp), it
+            # comes back read-only at its own path: held open here, bound again after the mount
+            kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in _import_paths_inside(folder)]
             if libc.mount(b"tmpfs", folder.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=16m,mode=1777") != 0:
                 os._exit(3)  # half isolated: run nothing
+            for path, fd in kept:
+                os.makedirs(path, exist_ok=True)
+                if libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, _MS_BIND | _MS_REC, None) != 0:
+                    os._exit(3)
+                read_only = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+                libc.mount(
+                    None, path.encode(), None, read_only, None
+                )  # where allowed (a bound read-only view stays so)
+                os.close(fd)
     if libc.unshare(_CLONE_NEWUSER) != 0:
         os._exit(3)
     outer = os.getpid()
