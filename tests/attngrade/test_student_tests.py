@@ -624,7 +624,7 @@ def test_a_python_environment_under_tmp_stays_importable_in_the_test_process(tmp
     environment.mkdir()
     (environment / "late_import_probe.py").write_text("VALUE = 41 + 1\n", encoding="utf-8")
     monkeypatch.syspath_prepend(str(environment))
-    assert isolation._import_paths_inside("/tmp") == [str(environment.resolve())]
+    assert str(environment.resolve()) in isolation._import_paths_inside("/tmp")  # (with the checkout, if it is in /tmp)
     parent, child = socket.socketpair()
     pid = os.fork()
     if pid == 0:  # the test's process
