@@ -303,3 +303,13 @@ def test_command_line_replaces_a_previous_release(homeworks, tmp_path, capsys, m
     assert "none found" in capsys.readouterr().out
     assert (out / rel.MARKER).exists() and not (out / "source").exists()
     assert not list(tmp_path.glob(".release-*")), "temporary folders left behind"
+
+
+def test_repo_root_without_an_exercises_folder_is_the_checkout(monkeypatch, tmp_path):
+    """Run from a folder with no ``exercises/`` and no $ATTNBOOK_EXERCISES pointing at one, the
+    release still finds the checkout holding the grader (the folder with ``pyproject.toml`` and
+    ``src/attngrade``), not ``src/``."""
+    monkeypatch.setenv("ATTNBOOK_EXERCISES", str(tmp_path / "nowhere"))
+    root = leaks.repo_root()
+    assert (root / "src" / "attngrade" / "authoring" / "leaks.py").is_file(), root
+    assert (root / "pyproject.toml").is_file(), root

@@ -45,13 +45,13 @@ _MAX_SCAN_BYTES = 64 * 2**20  # larger single files are not read (none is expect
 def repo_root() -> Path:
     """The course repository: the folder above ``exercises/`` (``$ATTNBOOK_EXERCISES`` or
     ``./exercises``, see :func:`attngrade.homework.exercises_root`), else the checkout this module
-    is in (``src/attngrade/release.py``)."""
+    is in (this file is ``src/attngrade/authoring/leaks.py``: three folders below the checkout)."""
     from ..homework import exercises_root
 
     exercises = exercises_root()
     if exercises.is_dir():
         return exercises.resolve().parent
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[3]
 
 
 def hidden_test_parts(hw: Homework) -> tuple[set[str], set[str], set[str]]:
