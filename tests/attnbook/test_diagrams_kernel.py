@@ -20,9 +20,6 @@ from attnbook.figures.kernel import MEMORY, draw_kernel_loops  # noqa: E402
 from attnbook.figures.style import alt_text, blocks_in, labels_in  # noqa: E402
 
 from ..figures import close_figures  # noqa: E402, F401  (autouse)
-from ..paths import BOOK  # noqa: E402
-
-CHAPTER = "11_attention_as_a_kernel.md"
 
 
 @pytest.mark.parametrize("blocks, outer, inner", [(4, 2, 1), (3, 0, 0), (5, 4, 4), (1, 0, 0)])
@@ -69,18 +66,3 @@ def test_what_lives_in_fast_memory():
 def test_bad_arguments(call, error, message):
     with pytest.raises(error, match=message):
         call()
-
-
-def test_the_chapter_opens_with_the_diagram_and_its_alt_text():
-    jupytext = pytest.importorskip("jupytext")
-    notebook = jupytext.read(BOOK / CHAPTER)
-    code = [c for c in notebook.cells if c.cell_type == "code"]
-    cells = [c for c in code if "draw_kernel_loops(" in c.source]
-    assert len(cells) == 1, f"{CHAPTER} should draw its diagram in one cell"
-    cell = cells[0]
-    assert code.index(cell) <= 2, "the diagram opens the chapter: right after the imports"
-    namespace = {"plt": type("NoShow", (), {"show": staticmethod(lambda: None)})}
-    exec(cell.source, namespace)
-    alt = cell.metadata["mystnb"]["image"]["alt"]
-    assert " ".join(alt.split()) == alt_text(namespace["fig"])
-    assert cell.metadata["mystnb"]["figure"]["caption"]

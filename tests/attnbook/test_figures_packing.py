@@ -20,9 +20,6 @@ from attnbook.figures.packing import LEGEND, draw_packed_row, packed_layout  # n
 from attnbook.figures.style import alt_text, labels_in  # noqa: E402
 
 from ..figures import close_figures, png  # noqa: E402, F401  (close_figures: autouse)
-from ..paths import BOOK  # noqa: E402
-
-CHAPTER = "12_masks_as_programs.md"
 
 
 @pytest.mark.parametrize("lengths", [(4, 5, 3), (1, 6, 1, 2), (7,), (3, 3, 3, 3, 3, 3)])
@@ -67,18 +64,3 @@ def test_the_layout_drawn_is_the_packed_row(lengths):
 def test_bad_arguments(lengths, error, message):
     with pytest.raises(error, match=message):
         draw_packed_row(lengths)
-
-
-def test_the_chapter_opens_with_the_diagram_and_its_alt_text():
-    jupytext = pytest.importorskip("jupytext")
-    notebook = jupytext.read(BOOK / CHAPTER)
-    code = [c for c in notebook.cells if c.cell_type == "code"]
-    cells = [c for c in code if "draw_packed_row(" in c.source]
-    assert len(cells) == 1, f"{CHAPTER} should draw its diagram in one cell"
-    cell = cells[0]
-    assert code.index(cell) <= 2, "the diagram opens the chapter: right after the imports"
-    namespace = {"plt": type("NoShow", (), {"show": staticmethod(lambda: None)})}
-    exec(cell.source, namespace)
-    alt = cell.metadata["mystnb"]["image"]["alt"]
-    assert " ".join(alt.split()) == alt_text(namespace["fig"])
-    assert cell.metadata["mystnb"]["figure"]["caption"]

@@ -35,6 +35,21 @@ def _keep(mask) -> np.ndarray:
     return arr
 
 
+def _blocked_region(keep: np.ndarray) -> str:
+    """Where a keep-mask's blocked cells lie, in words, when they form a shape with a name: above the
+    diagonal, the last columns, or both; otherwise nothing (the counts say the rest)."""
+    n, m = keep.shape
+    above = np.triu(np.ones((n, m), dtype=bool), 1)  # (n, m): True where j > i
+    regions = {" (those above the diagonal)": above}
+    for c in range(1, m):
+        last = np.zeros((n, m), dtype=bool)
+        last[:, m - c :] = True  # (n, m): the last c columns
+        columns = "the last column" if c == 1 else f"the last {c} columns"
+        regions[f" ({columns})"] = last
+        regions[f" ({columns} and those above the diagonal)"] = last | above
+    return next((words for words, blocked in regions.items() if np.array_equal(~keep, blocked)), "")
+
+
 def draw_masks(
     masks: Mapping[str, np.ndarray | torch.Tensor] | None = None,
     *,
@@ -67,7 +82,7 @@ def draw_masks(
     height = rows * cell + 1.75
     alt = "Score grids, one row per query i and one column per key j. " + " ".join(
         f"{title.capitalize()} mask: {int(mask.sum())} of {mask.size} scores kept, the other "
-        f"{int((~mask).sum())} hatched and set to minus infinity."
+        f"{int((~mask).sum())}{_blocked_region(mask)} hatched and set to minus infinity."
         for title, mask in panels
     )
     fig, ax = new_diagram(width, height, alt=alt)

@@ -131,15 +131,18 @@ def draw_matrix_form(
     plain = {key: _plain(shape) for key, (_, shape) in names.items()}
     axis = "column" if column else "row"
     product = (
-        f"K transposed ({plain['KT']}) times Q ({plain['Q']})"
+        f"K transposed ({plain['KT']}), drawn left of S, times Q ({plain['Q']}), drawn above S,"
         if column
-        else f"Q ({plain['Q']}) times K transposed ({plain['KT']})"
+        else f"Q ({plain['Q']}) times K transposed ({plain['KT']}), drawn above S,"
     )
+    symbols = ("l_x", "l_z", "d_attn", "d_out") if column else ("n", "m", "d_k", "d_v")
+    sizes = ", ".join(f"{name} = {size}" for name, size in zip(symbols, (n, m, d_k, d_v)))
+    output = "V times A (V is {}, drawn left of O)" if column else "A times V (V is {}, drawn above O)"
     alt = (
-        f"Attention in the {convention} convention drawn as matrix products, each matrix a grid of "
-        f"its shape: {product} gives the scores S ({plain['S']}); a softmax over each {axis} gives "
-        f"the weights A of the same shape; {'V times A' if column else 'A times V'} "
-        f"(V is {plain['V']}) gives the output O ({plain['O']})."
+        f"Attention in the {convention} convention drawn as matrix products, each matrix a grid of cells "
+        f"in its true shape ({sizes}): {product} gives the scores S ({plain['S']}); "
+        f"a softmax over each {axis} gives the weights A of the same shape, drawn "
+        f"{'below' if column else 'right of'} S; {output.format(plain['V'])} gives the output O ({plain['O']})."
     )
     if blocked is not None:
         alt += f" Hatched cells of S and A are blocked by a mask: {int(blocked.sum())} of {n * m} pairs."
