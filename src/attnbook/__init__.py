@@ -25,8 +25,12 @@ folder per topic. A wing imports only the wings below it in this order and never
   ``cu_seqlens``, positions that restart), mask and score functions in FlexAttention's signature
   (``mask_mod``, ``score_mod``: document, sliding window, prefix-LM, soft-capping, ALiBi), and the
   tiles a kernel may skip;
-* :mod:`attnbook.linear`: the home of chapter 14 (linear attention); chapter 13 (the cache at
-  scale) goes to ``heads`` and ``efficient``;
+* :mod:`attnbook.linear`: chapter 14, linear attention: feature maps (``elu_plus_one``), the
+  quadratic, recurrent and chunkwise forms of causal linear attention, decay and gates as a
+  structured mask (``segment_sum``, ``decay_mask``; Mamba-2's state-space duality) and gated
+  linear attention in the three forms; the delta rule (DeltaNet) and the gated delta rule
+  (Qwen3-Next), one token (``delta_rule_step``, ``gated_delta_rule_step``), recurrent and
+  chunkwise through the WY/UT representation (``ut_transform``);
 * :mod:`attnbook.kernels`: chapter 11's backward pass and FlashAttention-2 in PyTorch tiles and
   Triton. Importing it sets ``TRITON_INTERPRET=1`` on a machine without CUDA when the variable is
   unset, so that Triton's interpreter runs the kernels on the CPU (triton itself is imported only
@@ -104,6 +108,30 @@ from .kernels.flash_triton import (
 )
 from .lab.device import default_device
 from .lab.random_tensors import seeded_randn
+from .linear.decay import (
+    decay_mask,
+    decay_mask_linear_space,
+    gated_linear_attention_chunkwise,
+    gated_linear_attention_quadratic,
+    gated_linear_attention_recurrent,
+    segment_sum,
+)
+from .linear.delta_rule import (
+    delta_rule_chunkwise,
+    delta_rule_recurrent,
+    delta_rule_step,
+    gated_delta_rule_chunkwise,
+    gated_delta_rule_recurrent,
+    gated_delta_rule_step,
+    ut_transform,
+)
+from .linear.feature_maps import elu_plus_one
+from .linear.linear_attention import (
+    LinearAttentionState,
+    linear_attention_chunkwise,
+    linear_attention_quadratic,
+    linear_attention_recurrent,
+)
 from .models import interpretability, tasks, training
 from .positions.alibi import alibi_bias, alibi_bias_for_positions, alibi_slopes
 from .positions.equivariance import best_equivariant_accuracy, equivariant_accuracy, equivariant_accuracy_bound
@@ -145,6 +173,26 @@ from .programs.score_mods import (
 )
 
 __all__ = [
+    # chapter 14: linear attention (attnbook.linear.feature_maps, .linear_attention, .decay)
+    "LinearAttentionState",
+    "decay_mask",
+    "decay_mask_linear_space",
+    "elu_plus_one",
+    "gated_linear_attention_chunkwise",
+    "gated_linear_attention_quadratic",
+    "gated_linear_attention_recurrent",
+    "linear_attention_chunkwise",
+    "linear_attention_quadratic",
+    "linear_attention_recurrent",
+    "segment_sum",
+    # chapter 14: the delta rule (attnbook.linear.delta_rule)
+    "delta_rule_chunkwise",
+    "delta_rule_recurrent",
+    "delta_rule_step",
+    "gated_delta_rule_chunkwise",
+    "gated_delta_rule_recurrent",
+    "gated_delta_rule_step",
+    "ut_transform",
     # chapter 13: the cache at scale (attnbook.heads.latent, .sinks, .cache_accounting; attnbook.efficient.streaming)
     "LatentCache",
     "MultiHeadLatentAttention",

@@ -29,6 +29,9 @@ The validators:
 * :func:`check_column_convention_heads`: the heads of :func:`attnbook.core.column_convention.mh_attention`;
 * :func:`check_latent_width`, :func:`check_rotary_width`, :func:`check_sink_window`,
   :func:`check_sink_logits`: the sizes of chapter 13's latent attention, sinks and streaming cache;
+* :func:`check_chunk_size`, :func:`check_log_gates`, :func:`check_gates`: chapter 14's chunks and
+  gates (linear attention, decay, the delta rule);
+* :func:`check_beta`: the step sizes of chapter 14's delta rule;
 * :func:`skip_checks`: switch the validators off for the calls inside a block (:func:`checks_skipped`
   says whether they are off, for checks written elsewhere).
 
@@ -71,6 +74,10 @@ __all__ = [
     "check_rotary_width",
     "check_sink_window",
     "check_sink_logits",
+    "check_chunk_size",
+    "check_log_gates",
+    "check_gates",
+    "check_beta",
     "skip_checks",
     "checks_skipped",
     # the pieces of check_shapes
@@ -462,6 +469,83 @@ def check_mod_output(name: str, out: object, shape: Sequence[int], dtype: torch.
         raise ValueError(
             f"{name} returned shape {tuple(out.shape)}, which does not broadcast to (batch, heads, n, m) = "
             f"{tuple(shape)} without enlarging it"
+        )
+
+
+# ---------------------------------------------------------------- linear attention (chapter 14)
+
+
+def check_chunk_size(chunk_size: object) -> None:
+    """Raise ``TypeError`` unless ``chunk_size`` is an int (None refused), ``ValueError`` unless it is
+    at least 1: the number of tokens per chunk of a chunkwise form (the last chunk may be shorter)."""
+    if chunk_size is None:
+        raise TypeError("chunk_size must be an int (tokens per chunk, >= 1), got NoneType")
+    check_sizes(chunk_size=chunk_size)
+
+
+def _first_bad(bad: torch.Tensor, x: torch.Tensor) -> str:
+    """``"found 0.3 at index (1, 4)"``: the first entry of ``x`` where ``bad`` holds, for a message."""
+    where = tuple(bad.nonzero()[0].tolist())
+    count = int(bad.sum())
+    more = f" ({count} entries in all)" if count > 1 else ""
+    return f"found {x[where].item():.6g} at index {where}{more}"
+
+
+def check_log_gates(log_gates: object, name: str = "log_gates") -> None:
+    """Check log gates (chapter 14): a floating tensor (..., n) of log a_t with every gate
+    a_t = exp(log a_t) in (0, 1], so every entry in (-inf, 0]; ``ValueError`` names the first
+    entry that is NaN, positive (a gate above 1 makes the state grow without bound) or -inf (a gate of
+    exactly 0; use a large negative finite log gate). Shapes are :func:`check_shapes`' business."""
+    check_floating(name, log_gates)
+    check_ndim(name, log_gates, 1, "(..., n)", at_least=True)
+    if _SKIPPING.get():
+        return
+    for bad, what in (
+        (torch.isnan(log_gates), "NaN"),
+        (log_gates > 0, "a positive entry (a gate exp(log a_t) > 1)"),
+        (log_gates == -math.inf, "-inf (a gate of exactly 0)"),
+    ):
+        if bool(bad.any()):
+            raise ValueError(
+                f"{name} (..., n) must lie in (-inf, 0] (gates a_t = exp({name}_t) in (0, 1]), but it holds "
+                f"{what}: {_first_bad(bad, log_gates)} in shape {tuple(log_gates.shape)}"
+            )
+
+
+def check_gates(gates: object, name: str = "gates") -> None:
+    """Check gates in linear space (chapter 14): a floating tensor (..., n) with every entry in (0, 1];
+    ``ValueError`` names the first entry that is NaN, at most 0 or above 1."""
+    check_floating(name, gates)
+    check_ndim(name, gates, 1, "(..., n)", at_least=True)
+    if _SKIPPING.get():
+        return
+    bad = torch.isnan(gates) | (gates <= 0) | (gates > 1)
+    if bool(bad.any()):
+        raise ValueError(
+            f"{name} (..., n) must lie in (0, 1] (a decay per token), but {_first_bad(bad, gates)} in shape "
+            f"{tuple(gates.shape)}"
+        )
+
+
+def check_beta(beta: object, name: str = "beta") -> None:
+    r"""Check the step sizes of the delta rule (chapter 14): a floating tensor (...) or (..., n) with every
+    entry in [0, 2]; ``ValueError`` names the first entry that is NaN or outside.
+
+    Why [0, 2]: a delta-rule step is one gradient step on :math:`\frac12 \|kS - v\|^2`, whose curvature
+    along k is :math:`|k|^2`; with a unit key (the l2-normalised keys of DeltaNet and Qwen3-Next) the
+    step multiplies the state by :math:`I - \beta k^\top k`, with eigenvalues 1 and :math:`1 - \beta`.
+    For :math:`\beta` in [0, 2] both lie in [-1, 1], so the step never amplifies the state (gradient
+    descent on a quadratic is stable exactly for steps up to 2 / curvature); outside, the state can
+    grow without bound. Models produce beta in (0, 1) (a sigmoid) or (0, 2) (2 sigmoid, to allow
+    negative eigenvalues); 0 leaves the state unchanged and 1 overwrites the value stored at a unit key."""
+    check_floating(name, beta)
+    if _SKIPPING.get():
+        return
+    bad = torch.isnan(beta) | (beta < 0) | (beta > 2)
+    if bool(bad.any()):
+        raise ValueError(
+            f"{name} must lie in [0, 2] (the step size of a delta-rule update: I - {name} k^T k must not "
+            f"amplify the state for a unit key k), but {_first_bad(bad, beta)} in shape {tuple(beta.shape)}"
         )
 
 

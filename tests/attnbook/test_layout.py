@@ -34,7 +34,7 @@ ORDER = [
     "figures",
 ]
 #: the homes of chapters still to be written: a docstring and nothing else
-HOMES = ["linear"]
+HOMES = []
 
 #: every name ``attnbook.X`` the face exported before the wings (``__all__`` and the module attributes),
 #: under the names of issue 36 item 5 (``sampler`` is now ``seeded_randn``; ``formal``, a name the
@@ -69,6 +69,15 @@ CACHE_AT_SCALE = {
     down_project latent_attention_absorbed latent_attention_naive latent_decode_flops rms_norm rotary_key
     rotary_on_latent_keys_scores rotary_queries sink_attention sinks_as_virtual_key streaming_mask
     streaming_positions up_project""".split()
+}
+#: the names chapter 14 (linear attention: attnbook.linear) added to the face
+LINEAR = {
+    *"""LinearAttentionState decay_mask decay_mask_linear_space elu_plus_one gated_linear_attention_chunkwise
+    gated_linear_attention_quadratic gated_linear_attention_recurrent linear_attention_chunkwise
+    linear_attention_quadratic linear_attention_recurrent segment_sum""".split(),
+    # the delta rule (attnbook.linear.delta_rule)
+    *"""delta_rule_chunkwise delta_rule_recurrent delta_rule_step gated_delta_rule_chunkwise
+    gated_delta_rule_recurrent gated_delta_rule_step ut_transform""".split(),
 }
 
 
@@ -156,8 +165,8 @@ def test_the_face_states_the_order():
 
 
 def test_the_face_keeps_every_name_it_exported():
-    assert set(attnbook.__all__) == FACE | PROGRAMS | CACHE_AT_SCALE
-    missing = [name for name in sorted(FACE | PROGRAMS | CACHE_AT_SCALE) if not hasattr(attnbook, name)]
+    assert set(attnbook.__all__) == FACE | PROGRAMS | CACHE_AT_SCALE | LINEAR
+    missing = [name for name in sorted(FACE | PROGRAMS | CACHE_AT_SCALE | LINEAR) if not hasattr(attnbook, name)]
     assert not missing, f"attnbook lost {missing}"
     # the module attributes are the wings' modules, not copies
     assert attnbook.formal is sys.modules["attnbook.core.column_convention"]
@@ -177,7 +186,7 @@ def test_each_wing_imports_alone_without_the_wings_above_it():
         "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('attnbook.')}))\n"
     )
     # run with the face made empty by a stub parent, so that only the wing's own imports load modules
-    for name in ["core", "positions", "heads", "efficient", "programs", "kernels", "models"]:
+    for name in ["core", "positions", "heads", "efficient", "programs", "linear", "kernels", "models"]:
         stub = (
             "import sys, types, pathlib\n"
             f"face = types.ModuleType('attnbook'); face.__path__ = [{str(PACKAGE)!r}]\n"

@@ -53,11 +53,13 @@ from .hf import (
     assert_within,
     hidden_states,
     merge_heads,
+    one_call,
     output,
-    recording,
+    random_ids,
     rotary_error,
     rounding_bound,
     skip_without_float64,
+    tiny_config,
     tiny_model,
 )
 
@@ -68,12 +70,12 @@ N, BATCH = 9, 2
 
 
 def config(*, rope_interleave: bool, q_lora_rank: int | None, attention_bias: bool = False):
-    return transformers.DeepseekV3Config(
-        hidden_size=D_MODEL, num_attention_heads=H, num_key_value_heads=H, kv_lora_rank=D_C, q_lora_rank=q_lora_rank,
-        qk_rope_head_dim=D_R, qk_nope_head_dim=D_H, v_head_dim=D_V, num_hidden_layers=1, intermediate_size=16,
-        moe_intermediate_size=8, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
-        first_k_dense_replace=1, vocab_size=64, n_group=1, topk_group=1, attention_bias=attention_bias,
-        rope_interleave=rope_interleave, attn_implementation="eager",
+    return tiny_config(
+        transformers.DeepseekV3Config, hidden_size=D_MODEL, num_attention_heads=H, num_key_value_heads=H,
+        kv_lora_rank=D_C, q_lora_rank=q_lora_rank, qk_rope_head_dim=D_R, qk_nope_head_dim=D_H, v_head_dim=D_V,
+        num_hidden_layers=1, intermediate_size=16, moe_intermediate_size=8, n_routed_experts=4,
+        num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
+        attention_bias=attention_bias, rope_interleave=rope_interleave,
     )  # fmt: skip
 
 
@@ -186,10 +188,8 @@ def test_latent_attention_equals_deepseek_v3(rope_interleave, q_lora_rank, atten
         for norm in (attn.kv_a_layernorm, getattr(attn, "q_a_layernorm", None)):
             if norm is not None:
                 norm.weight.copy_(1 + STD * torch.randn(norm.weight.shape, generator=generator, dtype=torch.float64))
-    ids = torch.randint(0, 64, (BATCH, N), generator=torch.Generator().manual_seed(5)).to(device)
-    with recording(attn) as calls, torch.no_grad():
-        model(ids)
-    (call,) = calls
+    with torch.no_grad():
+        call = one_call(model, attn, random_ids(BATCH, N, 5, device))
     x, expected = hidden_states(call), output(call)
     pairing = "interleaved" if rope_interleave else "half"
     mla = course_layer(attn, cfg, pairing)
@@ -254,10 +254,8 @@ def test_latent_attention_equals_deepseek_v3_in_float64(rope_interleave, device,
     model = tiny_model(transformers.DeepseekV3Model, cfg, device)
     attn = model.layers[0].self_attn
     float64_islands(monkeypatch, cfg)
-    ids = torch.randint(0, 64, (BATCH, N), generator=torch.Generator().manual_seed(6)).to(device)
-    with recording(attn) as calls, torch.no_grad():
-        model(ids)
-    (call,) = calls
+    with torch.no_grad():
+        call = one_call(model, attn, random_ids(BATCH, N, 6, device))
     x, expected = hidden_states(call), output(call)
     mla = course_layer(attn, cfg, "interleaved" if rope_interleave else "half")
     mask = causal_mask(N, device=device)

@@ -28,15 +28,17 @@ from .hf import (
     assert_differs,
     assert_within,
     hidden_states,
-    keep_of,
+    keep_passed,
     linear,
     merge_heads,
+    one_call,
     output,
-    recording,
+    random_ids,
     rotary_error,
     rounding_bound,
     skip_without_float64,
     split_heads,
+    tiny_config,
     tiny_model,
 )
 
@@ -49,10 +51,10 @@ SINK_STD = 2.0
 
 
 def model(device):
-    config = transformers.GptOssConfig(
-        hidden_size=H_Q * D, num_attention_heads=H_Q, num_key_value_heads=H_KV, head_dim=D, num_hidden_layers=2,
-        intermediate_size=16, num_local_experts=4, num_experts_per_tok=2, vocab_size=64, sliding_window=W,
-        rope_parameters={"rope_type": "default", "rope_theta": THETA}, attn_implementation="eager",
+    config = tiny_config(
+        transformers.GptOssConfig, hidden_size=H_Q * D, num_attention_heads=H_Q, num_key_value_heads=H_KV,
+        head_dim=D, num_hidden_layers=2, intermediate_size=16, num_local_experts=4, num_experts_per_tok=2,
+        sliding_window=W, rope_parameters={"rope_type": "default", "rope_theta": THETA},
     )  # fmt: skip
     config._experts_implementation = "eager"  # the float64 forward needs the plain experts
     assert config.layer_types == ["sliding_attention", "full_attention"]
@@ -71,12 +73,10 @@ def test_sinks_equal_sink_attention(layer_index, device):
     gpt = model(device)
     attn = gpt.layers[layer_index].self_attn
     assert tuple(attn.sinks.shape) == (H_Q,)  # one sink logit per query head
-    ids = torch.randint(0, 64, (BATCH, N), generator=torch.Generator().manual_seed(5)).to(device)
-    with recording(attn) as calls, torch.no_grad():
-        gpt(ids)
-    (call,) = calls
+    with torch.no_grad():
+        call = one_call(gpt, attn, random_ids(BATCH, N, 5, device))
     sliding = layer_index % 2 == 0
-    keep = keep_of(call["kwargs"]["attention_mask"])[:, 0]  # (batch, n, n)
+    keep = keep_passed(call)  # (batch, n, n)
     window = attnbook.sliding_window_mask(N, W, device=device)  # (n, n): 0 <= i - j < W
     causal = attnbook.causal_mask(N, device=device)
     assert torch.equal(keep, (window if sliding else causal).expand(BATCH, N, N))

@@ -32,6 +32,7 @@ from .hf import (
     merge_heads,
     one_call,
     output,
+    random_ids,
     rotary_error,
     rounding_bound,
     skip_without_float64,
@@ -48,7 +49,6 @@ THETA = 10000.0
 LAYERS = 2
 LENGTHS = [5, 1, 7, 3]  # ragged, with a one-token document
 N = sum(LENGTHS)
-VOCAB = 64
 
 
 def llama(device, implementation):
@@ -62,7 +62,7 @@ def llama(device, implementation):
 
 def packed_row(device, seed=0):
     """Token ids (1, n), document ids (n,), restarted position ids (1, n), cu_seqlens as a list."""
-    ids = torch.randint(0, VOCAB, (1, N), generator=torch.Generator().manual_seed(seed)).to(device)
+    ids = random_ids(1, N, seed, device)
     documents = attnbook.document_ids_from_lengths(LENGTHS, device=device)
     positions = attnbook.position_ids_from_document_ids(documents)[None]  # (1, n)
     return ids, documents, positions, attnbook.cu_seqlens_from_lengths(LENGTHS).tolist()
@@ -196,7 +196,7 @@ def test_gemma2_soft_capped_scores_are_the_courses_softcap(device):
     model = gemma2(device)
     attn = model.layers[0].self_attn
     assert attn.attn_logit_softcapping == CAP
-    ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(3)).to(device)
+    ids = random_ids(2, 12, 3, device)
     with torch.no_grad():
         call = one_call(model, attn, ids)
     x, n = hidden_states(call), ids.shape[1]
