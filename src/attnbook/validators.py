@@ -453,6 +453,18 @@ def check_prefix_length(prefix_length: object, n: object = None) -> None:
         raise ValueError(f"prefix_length = {prefix_length} is longer than the row (n = {n} tokens)")
 
 
+def check_mask_mods(combiner: str, mask_mods: Sequence[object]) -> None:
+    """Raise ``ValueError`` unless ``combiner`` (``and_masks``, ``or_masks``) got at least one rule, and
+    ``TypeError`` naming the first one that is not a function ``mask_mod(b, h, q_idx, kv_idx)``."""
+    if not mask_mods:
+        raise ValueError(f"{combiner} needs at least one mask_mod")
+    for k, mod in enumerate(mask_mods):
+        if not callable(mod):
+            raise TypeError(
+                f"mask_mods[{k}] must be a function mask_mod(b, h, q_idx, kv_idx), got {type(mod).__name__}"
+            )
+
+
 def check_mod_output(name: str, out: object, shape: Sequence[int], dtype: torch.dtype) -> None:
     """Check what a ``mask_mod`` or ``score_mod`` returned (chapter 12): a tensor of ``dtype`` (boolean
     for a mask_mod, the scores' dtype for a score_mod) that broadcasts to ``shape`` = (batch, heads,

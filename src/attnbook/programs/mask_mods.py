@@ -27,6 +27,7 @@ import torch
 
 from ..validators import (
     check_document_ids,
+    check_mask_mods,
     check_mod_output,
     check_prefix_length,
     check_sizes,
@@ -112,13 +113,7 @@ def prefix_lm_mask_mod(prefix_length: int, n: int | None = None) -> MaskMod:
 
 def and_masks(*mask_mods: MaskMod) -> MaskMod:
     r"""The rule that keeps a key when every one of ``mask_mods`` keeps it, :math:`M = M_1 \wedge M_2 \wedge \dots` (chapter 12)."""
-    if not mask_mods:
-        raise ValueError("and_masks needs at least one mask_mod")
-    for k, mod in enumerate(mask_mods):
-        if not callable(mod):
-            raise TypeError(
-                f"mask_mods[{k}] must be a function mask_mod(b, h, q_idx, kv_idx), got {type(mod).__name__}"
-            )
+    check_mask_mods("and_masks", mask_mods)
 
     def all_of(b, h, q_idx, kv_idx):
         keep = mask_mods[0](b, h, q_idx, kv_idx)
@@ -131,13 +126,7 @@ def and_masks(*mask_mods: MaskMod) -> MaskMod:
 
 def or_masks(*mask_mods: MaskMod) -> MaskMod:
     r"""The rule that keeps a key when any one of ``mask_mods`` keeps it, :math:`M = M_1 \vee M_2 \vee \dots` (chapter 12)."""
-    if not mask_mods:
-        raise ValueError("or_masks needs at least one mask_mod")
-    for k, mod in enumerate(mask_mods):
-        if not callable(mod):
-            raise TypeError(
-                f"mask_mods[{k}] must be a function mask_mod(b, h, q_idx, kv_idx), got {type(mod).__name__}"
-            )
+    check_mask_mods("or_masks", mask_mods)
 
     def any_of(b, h, q_idx, kv_idx):
         keep = mask_mods[0](b, h, q_idx, kv_idx)
