@@ -289,8 +289,6 @@ def test_every_diagram_cell_carries_the_diagrams_own_alt_text_and_a_caption(chap
 #: chapters that do not yet open with a diagram of the mechanism they add (COURSE.md asks every chapter to)
 OPENS_OTHERWISE = {
     "01_single_query_attention": "opens with kernel regression's scatter; the single-query diagram needs the worked example",
-    "08_efficient_attention": "its tile and cache diagrams come with their sections",
-    "09_modern_attention": "draws plots only (rotary circles, windows), no diagram of attnbook.figures",
 }
 
 
