@@ -4,8 +4,11 @@ Rows: each chapter, each homework (the tests under tests/homework/ whose id name
 build and the browser (tests/book/), the grader (tests/attngrade/), the package (the rest). Columns:
 the number of tests, their wall time (the durations pytest reports for setup, call and teardown,
 summed; with workers, summed over them) and their CPU time, measured in the process that ran each
-test: its own, and that of the processes it started and waited for (a chapter's kernel, a
-grader's sandboxes, the browser), counted when they end. Then the run's elapsed time, how busy
+test: its own, that of the processes it started and waited for (a chapter's kernel, the
+browser, a command line's process), and that of the grader's sandboxes, which no process of ours
+waits for (each sandbox's grader reads their time from /proc and appends it to the file this
+plugin names in ATTNGRADE_SANDBOX_CPU_LOG, which the processes a test starts inherit:
+attngrade.grading.bubblewrap), all counted when they end. Then the run's elapsed time, how busy
 the workers were, and the longest units of work, to keep tests/plugins/units.py's ORDER current
 (a unit of a minute or more that ORDER does not name is flagged).
 """
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 import time
 from collections import defaultdict
 
@@ -24,10 +29,23 @@ from .units import ORDER, rank
 
 _CPU_AT_START = pytest.StashKey[float]()
 
+#: attngrade.grading.bubblewrap.CPU_LOG_VARIABLE (not imported: the package's tests need no grader)
+SANDBOX_CPU_LOG = "ATTNGRADE_SANDBOX_CPU_LOG"
+
+
+def _sandbox_cpu() -> float:
+    """The CPU seconds of the sandboxes that have ended since this process started, logged by
+    their graders (in this process or in the processes it started)."""
+    try:
+        with open(os.environ[SANDBOX_CPU_LOG], encoding="utf-8") as f:
+            return sum(float(line) for line in f if line.strip())
+    except (KeyError, OSError, ValueError):
+        return 0.0
+
 
 def _cpu() -> float:
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    return t.user + t.system + t.children_user + t.children_system + _sandbox_cpu()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -105,6 +123,18 @@ class TimeTable:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # a log of this process's own (a pytest-xdist worker inherits its controller's environment)
+    folder, before = tempfile.mkdtemp(prefix="attnbook-sandbox-cpu-"), os.environ.get(SANDBOX_CPU_LOG)
+    os.environ[SANDBOX_CPU_LOG] = os.path.join(folder, "seconds")
+
+    def restore() -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        if before is None:
+            os.environ.pop(SANDBOX_CPU_LOG, None)
+        else:
+            os.environ[SANDBOX_CPU_LOG] = before
+
+    config.add_cleanup(restore)
     if not hasattr(config, "workerinput"):  # not a pytest-xdist worker
         workers = getattr(config.option, "numprocesses", None) or 1
         config.pluginmanager.register(TimeTable(int(workers)), "attnbook-time-table")

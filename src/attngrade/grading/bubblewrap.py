@@ -12,6 +12,14 @@ Failures are told apart: :class:`SandboxError` is the student's code failing (it
 ran out of time or memory); :class:`InfrastructureError` is the sandbox failing for a reason the
 student's code did not cause (bubblewrap could not start, the worker did not answer before any
 student code ran). The grader retries the latter once and then marks the row ``status=error``.
+
+CPU time: a sandbox's processes are not waited for by the grader's process (bubblewrap's outer
+process learns its pid 1's exit status from an event file descriptor and exits without reaping
+it), so the kernel's count of the grader's children leaves them out. Each :class:`Worker` reads
+their CPU time from ``/proc`` (:func:`sandbox_cpu_seconds`) after each submission and when it
+ends, keeps the total in ``cpu_seconds``, and appends each ended sandbox's seconds to the file
+named by the environment variable ``ATTNGRADE_SANDBOX_CPU_LOG`` when it is set (the test suite's
+time table adds them to each test's CPU time: tests/plugins/time_table.py).
 """
 
 from __future__ import annotations
@@ -38,6 +46,55 @@ _BOOT = (
     "[site.addsitedir(d) for d in os.environ.pop('ATTNGRADE_USER_SITE', '').split(os.pathsep) if d]; "
     "sys.path.insert(0, {mount!r}); from attngrade.sandboxed.worker import worker_main; worker_main(int(sys.argv[1]))"
 )
+
+
+#: the environment variable naming a file to which every sandbox's CPU seconds are appended, one
+#: number a line, when it ends (unset: nothing is written)
+CPU_LOG_VARIABLE = "ATTNGRADE_SANDBOX_CPU_LOG"
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat(pid: int | str) -> tuple[int, str, float] | None:
+    """(parent pid, start time, CPU seconds) of a process from ``/proc/<pid>/stat``: its user and
+    system time and those of the children it has waited for (fields 14 to 17); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # the fields after the command's name, which is in parentheses and may hold anything
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[1]), fields[19].decode(), sum(int(v) for v in fields[11:15]) / _CLOCK_TICKS
+    except (IndexError, ValueError):
+        return None
+
+
+def processes_below(root: int) -> dict[int, tuple[str, float]]:
+    """Every process below ``root``: pid -> (start time, CPU seconds, as :func:`_stat`)."""
+    children: dict[int, list[tuple[int, str, float]]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    for name in names:
+        if name.isdigit() and (stat := _stat(name)) is not None:
+            children.setdefault(stat[0], []).append((int(name), stat[1], stat[2]))
+    found, below = {}, [root]
+    while below:
+        for pid, started, seconds in children.get(below.pop(), ()):
+            found[pid] = (started, seconds)
+            below.append(pid)
+    return found
+
+
+def sandbox_cpu_seconds(root: int) -> float:
+    """The CPU seconds used so far by the processes below ``root`` (bubblewrap's outer process,
+    which the grader waits for itself, so that its own time is in the grader's count and left out
+    here). A process that ended and was waited for inside the sandbox is in its parent's count (the
+    worker waits for each submission's child; bubblewrap's pid 1 for the orphans)."""
+    return sum(seconds for _, seconds in processes_below(root).values())
 
 
 class SandboxError(Exception):
@@ -97,6 +154,9 @@ class Worker:
         self.ctrl: socket.socket | None = None
         self.uid: int | None = None
         self.jobs = 0
+        self.cpu_seconds = 0.0  # the CPU time of this worker's sandboxes that have ended
+        self._cpu_now = 0.0  # that of the running one, when last read
+        self._processes: dict[int, str] = {}  # its processes when last read: pid -> start time
 
     # -- life cycle -----------------------------------------------------------------------
     def alive(self) -> bool:
@@ -180,9 +240,46 @@ class Worker:
             raise InfrastructureError(f"the sandbox did not start ({exc}): {err.strip()[-1500:]}") from None
         ours.settimeout(None)
 
+    @property
+    def cpu_used(self) -> float:
+        """CPU seconds used by this worker's sandboxes: those that ended, and the running one as
+        read after its last submission (a sandbox's processes are not the grader's children, so
+        ``os.times`` leaves them out)."""
+        return self.cpu_seconds + self._cpu_now
+
+    def _read_cpu(self, *, between_jobs: bool = False) -> None:
+        """Read the running sandbox's CPU time (it only grows: a smaller reading means that some
+        of its processes are gone unreaped, and the last reading stands). ``between_jobs``: the
+        worker has just cleaned up after a submission, so its processes are the ones found after
+        the last job; only those are read again while each is still there (/proc holds other
+        users' processes too: reading them all after every submission would cost more)."""
+        if self.proc is None or not self.sandbox:
+            return
+        again = {pid: _stat(pid) for pid in self._processes} if between_jobs and self._processes else None
+        if again and all(stat is not None and stat[1] == self._processes[pid] for pid, stat in again.items()):
+            seconds = sum(stat[2] for stat in again.values())
+        else:
+            found = processes_below(self.proc.pid)
+            self._processes = {pid: started for pid, (started, _) in found.items()}
+            seconds = sum(s for _, s in found.values())
+        self._cpu_now = max(self._cpu_now, seconds)
+
+    def _ended(self) -> None:
+        """Count the ended sandbox's CPU time, and log it (CPU_LOG_VARIABLE)."""
+        seconds, self._cpu_now, self._processes = self._cpu_now, 0.0, {}
+        self.cpu_seconds += seconds
+        log = os.environ.get(CPU_LOG_VARIABLE)
+        if log and self.sandbox:
+            try:  # one short write in append mode: whole lines, whoever else writes
+                with open(log, "a", encoding="utf-8") as f:
+                    f.write(f"{seconds:.3f}\n")
+            except OSError:
+                pass
+
     def _stderr(self) -> str:
         if self.proc is None:
             return ""
+        self._read_cpu()
         try:
             self.proc.kill()
             return (self.proc.communicate(timeout=5)[1] or b"").decode(errors="replace")
@@ -190,6 +287,7 @@ class Worker:
             return ""
 
     def close(self) -> None:
+        self._read_cpu()  # the worker is idle between submissions: everything it ran is counted
         if self.ctrl is not None:
             try:
                 self.ctrl.close()
@@ -201,16 +299,21 @@ class Worker:
                 self.proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 pass
+            try:  # bubblewrap's outer process first, so that it never waits for its pid 1 (whose
+                # CPU time would then count twice: in _cpu_now and in the grader's children)
+                self.proc.kill()
+            except Exception:
+                pass
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except OSError:
                 pass
             try:
-                self.proc.kill()
                 self.proc.communicate(timeout=10)
             except Exception:
                 pass
             self.proc = None
+            self._ended()
 
     # -- jobs -------------------------------------------------------------------------------
     def _recv(self, timeout: float) -> dict[str, Any]:
@@ -269,6 +372,7 @@ class Worker:
             while True:
                 msg = self._recv(deadline - time.monotonic())
                 if "done" in msg and msg["done"] == ident:
+                    self._read_cpu(between_jobs=True)
                     return True
         except (OSError, ValueError, EOFError):
             self.close()

@@ -100,6 +100,12 @@ def wrong_homework(cells: Sequence[str], homework: str) -> str | None:
     )
 
 
+def writes_tests(questions: Sequence[Question]) -> bool:
+    """Whether some question has the student write a test, run on the instructor's candidates
+    (its tests call :mod:`attngrade.student_tests`, the one caller of ``run_as_test``)."""
+    return any("student_tests" in q.source or "run_as_test" in q.source for q in questions)
+
+
 def grade_cells(
     cells: list[str],
     questions: Sequence[Question],
@@ -122,7 +128,9 @@ def grade_cells(
     mismatch = wrong_homework(cells, homework.name)
     if mismatch:  # a review row whatever the static reading says (the score stays what the tests give)
         result.review.insert(0, mismatch)
-    session = Session(worker, cells, limits=limits or homework.limits)
+    # the candidate server and test factory cost each submission's child two forks of a process
+    # holding torch: only where a question has the student write a test (attngrade.student_tests)
+    session = Session(worker, cells, limits=limits or homework.limits, candidates=writes_tests(questions))
     try:
         session.start()
         result.execution_errors = list(session.execution_errors)
@@ -216,6 +224,13 @@ class Grader:
     def sandbox_uids(self) -> list[int]:
         """The user ids the sandboxes started so far run as (to check that nothing of them is left)."""
         return [w.uid for w in self._all_workers if w.uid is not None]
+
+    @property
+    def sandbox_cpu_seconds(self) -> float:
+        """CPU seconds used so far by the sandboxes this grader started (their processes are not
+        the grader's children: :mod:`.bubblewrap` reads their time from /proc), counted up to each
+        one's last finished submission."""
+        return sum(w.cpu_used for w in self._all_workers)
 
     def __enter__(self) -> Grader:
         return self

@@ -25,10 +25,21 @@ from .bubblewrap import SandboxError, Worker
 class Session:
     """One submission's session in a worker (see the module docstring)."""
 
-    def __init__(self, worker: Worker, cells: list[str], *, limits: dict[str, Any], max_restarts: int = 4):
+    def __init__(
+        self,
+        worker: Worker,
+        cells: list[str],
+        *,
+        limits: dict[str, Any],
+        max_restarts: int = 4,
+        candidates: bool = True,
+    ):
         self.worker = worker
         self.cells = cells
         self.limits = limits
+        # whether the child forks the candidate server and test factory (a test-writing question's
+        # runs, :meth:`run_test`); without them a run_test is answered "no candidate" and fails
+        self.candidates = candidates
         self.max_restarts = max_restarts
         self.deadline = time.monotonic() + float(limits["submission_timeout"])
         self.sock: socket.socket | None = None
@@ -57,6 +68,7 @@ class Session:
             "cell_timeout": float(lim["cell_timeout"]),
             "call_timeout": float(lim["call_timeout"]),
             "wall_factor": float(lim["wall_factor"]),
+            "candidates": self.candidates,
             "limits": {
                 "memory_bytes": int(lim["memory_mb"]) * 2**20,
                 "cpu_seconds": int(lim["cpu_seconds"]),
