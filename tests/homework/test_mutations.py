@@ -92,6 +92,12 @@ DTYPE_EXEMPT = {
     ("hw12", "prefix_lm_mask_mod", "float32->float16"): "returns a boolean mask whatever its arguments",
     # int64 positions: the second cast (int64 -> int32) is its dtype test
     ("hw12", "restarted_positions", "float32->float16"): "returns int64 positions whatever its argument",
+    # a Python int (a number of bytes): no tensor for a cast to change; a hidden test checks that it is an int
+    **{
+        ("hw13", "bytes_per_token", cast): "returns a Python int (a number of bytes), not a tensor"
+        for cast in DTYPE_CASTS
+    },
+    ("hw13", "streaming_keep_mask", "float32->float16"): "returns a boolean mask whatever its arguments",
     # test-writing questions: a student's test returns nothing, so no cast of its result can show;
     # such a question is graded by the wrong versions the test catches (attngrade.student_tests)
     **{

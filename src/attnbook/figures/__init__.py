@@ -7,7 +7,9 @@
   curves), also reachable as ``attnbook.plotting``;
 * one module per diagram topic: ``single_query``, ``matrix_form``, ``masks``, ``heads``,
   ``encoder_decoder``, ``rotation``, ``permutation``, ``models``, ``efficient``, ``induction``, ``kernel``,
-  ``packing`` (chapter 12's packed row).
+  ``modern`` (chapter 9's shared key-value heads, window and ALiBi bias),
+  ``packing`` (chapter 12's packed row), ``cache`` (chapter 13's cache per token and streaming cache),
+  ``linear`` (chapter 14's three forms and decay mask).
 
 The top wing: it may import every wing below it, and nothing imports it. Each diagram is one
 function returning a matplotlib Figure that carries its alt text

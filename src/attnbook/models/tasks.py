@@ -10,6 +10,8 @@ output classes, the two sizes a model needs.
 * :class:`Reversal`: y_i = x_{n-1-i}.
 * :class:`Sorting`: y = the tokens in increasing order.
 * :class:`AssociativeRecall`: a store of key-value pairs and a query key; y = its value.
+* :class:`MultiQueryRecall`: ``k1 v1 ... kN vN`` then the N keys shuffled; y = the value of each
+  queried key (chapter 14, multi-query associative recall as in Zoology).
 * :class:`CopyOffset`: y_i = x_{i-k} (a causal task: the answer lies in the past).
 * :class:`Translation`: y_i = lexicon[x_{order[i]}], a fixed word order and vocabulary map, for an
   encoder-decoder (the batch holds the decoder's inputs, ``bos`` then the target shifted right).
@@ -205,6 +207,68 @@ class AssociativeRecall:
         which = torch.randint(P, (batch_size, 1), generator=generator)  # (batch, 1): the entry asked for
         entries = self.pair_token(keys, values)  # (batch, P)
         return Batch(entries, values.gather(1, which), keys.gather(1, which)).to(device)  # target, query: (batch, 1)
+
+
+@dataclass(frozen=True)
+class MultiQueryRecall:
+    r"""Multi-query associative recall, as in Zoology (Arora et al. 2023) (chapter 14).
+
+    A sequence stores N key-value pairs as tokens ``k1 v1 k2 v2 ... kN vN`` and then asks for every
+    stored key once, in a random order: ``k_{\pi(1)} ... k_{\pi(N)}``; its length is 3N. Key ids lie in
+    [0, num_keys), value ids in [num_keys, num_keys + num_values) (``vocab_size`` ids in all). The
+    target at the query of key k_i is the class of its value, ``v_i - num_keys`` in [0, num_values)
+    (``out_size = num_values``); every other target is :data:`IGNORE`, so the loss and the accuracy
+    count the query positions only. A causal model answers at the query from the pairs before it.
+
+    Keys are distinct within a sequence (drawn without repetition), values are drawn independently
+    and uniformly (repeats allowed), and the queries are a uniformly random permutation of the N
+    stored keys. Every call draws one N uniformly from [min_pairs, max_pairs] for the whole batch (so
+    a batch has one length); :meth:`with_pairs` gives the task with N fixed, for measuring accuracy
+    against the number of pairs.
+    """
+
+    min_pairs: int = 4
+    max_pairs: int = 32
+    num_keys: int = 64
+    num_values: int = 64
+
+    def __post_init__(self) -> None:
+        _check_int("min_pairs", self.min_pairs, 1)
+        _check_int("max_pairs", self.max_pairs, self.min_pairs)
+        _check_int("num_keys", self.num_keys, self.max_pairs)
+        _check_int("num_values", self.num_values, 2)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.num_keys + self.num_values
+
+    @property
+    def out_size(self) -> int:
+        return self.num_values
+
+    @property
+    def max_length(self) -> int:
+        """The longest sequence, 3 * max_pairs tokens."""
+        return 3 * self.max_pairs
+
+    def with_pairs(self, num_pairs: int) -> MultiQueryRecall:
+        """The same task with exactly ``num_pairs`` pairs in every sequence."""
+        _check_int("num_pairs", num_pairs, 1)
+        return MultiQueryRecall(num_pairs, num_pairs, self.num_keys, self.num_values)
+
+    def __call__(self, batch_size: int, generator: torch.Generator, device=None) -> Batch:
+        _check_call(batch_size, generator)
+        N = int(torch.randint(self.min_pairs, self.max_pairs + 1, (), generator=generator))  # pairs in this batch
+        keys = distinct_tokens(batch_size, N, self.num_keys, generator)  # (batch, N)
+        values = random_tokens(batch_size, N, self.num_values, generator)  # (batch, N) value classes
+        order = torch.rand(batch_size, N, generator=generator).argsort(dim=1)  # (batch, N): pi, the query order
+        x = torch.empty(batch_size, 3 * N, dtype=torch.long)  # (batch, 3N)
+        x[:, 0 : 2 * N : 2] = keys  # k1 .. kN at positions 0, 2, ..., 2N - 2
+        x[:, 1 : 2 * N : 2] = values + self.num_keys  # v1 .. vN at positions 1, 3, ..., 2N - 1
+        x[:, 2 * N :] = keys.gather(1, order)  # (batch, N): the queries k_pi(1) .. k_pi(N)
+        y = torch.full_like(x, IGNORE)  # (batch, 3N)
+        y[:, 2 * N :] = values.gather(1, order)  # (batch, N): the value class of each queried key
+        return Batch(x, y).to(device)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ WARM_UPS = {
     # torch.testing.assert_close imports torch.distributed.tensor and sympy at its first call, in
     # every submission's child otherwise (slower still under the guard)
     "assert_close": lambda torch, x: torch.testing.assert_close(x, x),
+    # attnbook.apply_rotary checks its positions with torch.broadcast_shapes, whose first call imports
+    # torch._refs (about 480 modules, 0.7 CPU-s) in every submission's child otherwise
+    "apply_rotary": lambda torch, x: torch.broadcast_shapes((1,), (1,)),
     # homework 11's question 4 runs Triton kernels in Triton's interpreter: importing triton maps more
     # address space than a homework's memory allowance (exercises/hw11_kernel/grading.yml says how
     # much), so it is made once, here
