@@ -80,6 +80,25 @@ def test_same_seed_same_loss_curve():
     assert other != curves[0]
 
 
+def test_the_learning_rate_follows_the_schedule():
+    """A schedule's factor multiplies the learning rate step by step: a factor of 0 after step 3 leaves
+    the weights where step 3 put them (AdamW's weight decay scales with the learning rate too), and
+    a constant factor of 1 is the same training as no schedule, bit for bit."""
+    task = CopyOffset(length=6, offset=1, num_symbols=5)
+    three = _copy_model(3, "cpu")
+    train(three, task, steps=3, seed=7, progress=False)
+    stopped = _copy_model(3, "cpu")
+    train(stopped, task, steps=8, seed=7, progress=False, lr_schedule=lambda step: 1.0 if step < 3 else 0.0)
+    for name, weight in stopped.state_dict().items():
+        assert torch.equal(weight, three.state_dict()[name]), name
+    plain = train(_copy_model(3, "cpu"), task, steps=5, seed=7, progress=False).loss
+    assert (
+        train(_copy_model(3, "cpu"), task, steps=5, seed=7, progress=False, lr_schedule=lambda step: 1.0).loss == plain
+    )
+    with pytest.raises(TypeError, match="lr_schedule must be a function of the step"):
+        train(_copy_model(3, "cpu"), task, steps=1, progress=False, lr_schedule=0.5)
+
+
 def test_records_and_seq2seq(device):
     task = Translation(length=4, num_symbols=5)
     torch.manual_seed(0)

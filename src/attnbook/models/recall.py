@@ -36,7 +36,6 @@ Shape legend: ``batch`` sequences, ``n`` tokens, ``d_model`` the width of the re
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 import torch.nn.functional as F
@@ -50,7 +49,7 @@ from ..linear.linear_attention import linear_attention_chunkwise
 from ..validators import check_number, check_one_of, check_sizes, check_type, skip_checks
 from .blocks import _check_tokens
 from .tasks import Batch, MultiQueryRecall
-from .training import History, accuracy, sequence_loss
+from .training import History, accuracy, train
 
 __all__ = [
     "MIXERS",
@@ -312,26 +311,18 @@ def train_recall_model(
     model = RecallModel(
         task.vocab_size, task.out_size, mixer=mixer, num_heads=num_heads, head_width=head_width, **model_options
     )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _learning_rate_factor(step, steps, warmup))
-    generator = torch.Generator().manual_seed(seed)
-    history = History()
-    start = time.perf_counter()
-    model.train()
-    for _ in range(steps):
-        batch = task(batch_size, generator)
-        logits, _ = model(batch.inputs)  # (batch, 3N, out_size)
-        loss = sequence_loss(logits, batch.targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        optimizer.step()
-        schedule.step()
-        history.loss.append(loss.item())
-        history.accuracy.append(accuracy(logits.detach(), batch.targets))
-    history.seconds = time.perf_counter() - start
-    model.eval()
+    history = train(
+        model,
+        task,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        weight_decay=weight_decay,
+        seed=seed,  # the batches' generator
+        max_grad_norm=max_grad_norm,
+        lr_schedule=lambda step: _learning_rate_factor(step, steps, warmup),
+        progress=False,
+    )
     return model, history
 
 

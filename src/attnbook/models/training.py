@@ -130,6 +130,7 @@ def train(
     record: Mapping[str, Callable[[nn.Module], object]] | None = None,
     record_every: int | None = None,
     max_grad_norm: float | None = 1.0,
+    lr_schedule: Callable[[int], float] | None = None,
     progress: bool = True,
 ) -> History:
     """Train ``model`` on batches of ``task`` with AdamW and cross-entropy (chapter 7).
@@ -148,6 +149,8 @@ def train(
             test batch or the entropy of some attention weights.
         record_every: the recording period (default: only before and after training).
         max_grad_norm: clip the gradient norm to this (None: no clipping).
+        lr_schedule: the learning rate of each step as a multiple of ``lr``, a function of the step
+            0, 1, ... (``torch.optim.lr_scheduler.LambdaLR``'s ``lr_lambda``; None: ``lr`` throughout).
         progress: show a ``tqdm.auto`` progress bar (if tqdm is installed).
 
     Returns:
@@ -163,6 +166,9 @@ def train(
     record = dict(record or {})
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=weight_decay)
+    if lr_schedule is not None and not callable(lr_schedule):
+        raise TypeError(f"lr_schedule must be a function of the step, got {type(lr_schedule).__name__}")
+    schedule = None if lr_schedule is None else torch.optim.lr_scheduler.LambdaLR(optimizer, lr_schedule)
     history = History(records={name: [] for name in record})
 
     def take_records(step: int) -> None:
@@ -188,6 +194,8 @@ def train(
         if max_grad_norm is not None:
             nn.utils.clip_grad_norm_(parameters, max_grad_norm)
         optimizer.step()
+        if schedule is not None:
+            schedule.step()
         history.loss.append(loss.item())
         history.accuracy.append(accuracy(logits.detach(), batch.targets))
         if record and (step == steps or (record_every is not None and step % record_every == 0)):
