@@ -27,8 +27,8 @@ PARTS = {"key": "key", "value": "value", "latent": "output", "rotary key": "weig
 PART_LEGEND = {
     "key": "key",
     "value": "value",
-    "latent": "latent (d_c numbers)",
-    "rotary key": "rotary key (d_R numbers)",
+    "latent": "latent ($d_c$ numbers)",
+    "rotary key": "rotary key ($d_R$ numbers)",
 }
 
 

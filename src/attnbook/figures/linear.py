@@ -30,8 +30,8 @@ PANELS = ("quadratic", "recurrent", "chunkwise")
 #: the cost lines under each panel (time; memory beyond the inputs and the output)
 COSTS = {
     "quadratic": ("time ∝ n² d", "memory ∝ n²"),
-    "recurrent": ("time ∝ n d_k d_v, n steps in order", "memory: one d_k × d_v state"),
-    "chunkwise": ("time ∝ n (C d + d_k d_v)", "memory ∝ C² + d_k d_v"),
+    "recurrent": ("time ∝ n $d_k d_v$, n steps in order", "memory: one $d_k \\times d_v$ state"),
+    "chunkwise": ("time ∝ n (C d + $d_k d_v$)", "memory ∝ C² + $d_k d_v$"),
 }
 
 
@@ -151,7 +151,7 @@ def draw_three_forms(n: int = 8, chunk_size: int = 3, *, d_k: int = 3, d_v: int 
         role="value",
         cell=state_cell,
         label="$S$",
-        shape="d_k × d_v",
+        shape="$d_k \\times d_v$",
         label_side="bottom",
         shape_side="bottom",
     )
